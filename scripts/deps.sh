@@ -1,0 +1,43 @@
+# Sourced by run.sh and test.sh: makes sure the Debian packages pgrelay needs are installed.
+# As root it installs what is missing with apt-get; otherwise it prints the exact command to run.
+
+# Packages to build and run pgrelay.
+PGRELAY_BUILD_PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libssl-dev libpq-dev libcli11-dev
+)
+# Additional packages to build and run every test, fuzzer and benchmark.
+PGRELAY_TEST_PACKAGES=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
+  postgresql-15 postgresql-client-15
+)
+
+pgrelay_missing_packages() {
+  local missing=()
+  local p
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  echo "${missing[@]}"
+}
+
+# pgrelay_ensure_packages PKG...: installs missing packages as root, or explains and fails.
+pgrelay_ensure_packages() {
+  local missing
+  missing=$(pgrelay_missing_packages "$@")
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "pgrelay: these Debian packages are missing: $missing" >&2
+    echo "pgrelay: install them, then run this command again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y $missing" >&2
+    return 1
+  fi
+  echo "pgrelay: installing missing packages: $missing" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2 || return 1
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >&2 || return 1
+}

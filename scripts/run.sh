@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Quick start, command 1: installs what is missing, builds pgrelay (optimized) and runs it.
+# Arguments are passed to pgrelay; with none, pgrelay runs its main job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+pgrelay_ensure_packages "${PGRELAY_BUILD_PACKAGES[@]}"
+
+cmake --preset release >/dev/null
+cmake --build build/release --target pgrelay
+exec build/release/src/cli/pgrelay "$@"

@@ -1,0 +1,93 @@
+// Big-endian byte readers and writers for network protocols: bounds-checked, never over-read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pgrelay {
+
+using Bytes = std::vector<std::uint8_t>;
+using ByteView = std::span<const std::uint8_t>;
+
+inline ByteView as_bytes(std::string_view s) {
+  return ByteView(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());
+}
+inline std::string_view as_chars(ByteView b) {
+  return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// Appends big-endian integers, strings and raw bytes to an owned buffer.
+class ByteWriter {
+ public:
+  ByteWriter() = default;
+  explicit ByteWriter(Bytes initial) : buf_(std::move(initial)) {}
+
+  void u8(std::uint8_t v) { buf_.push_back(v); }
+  void i8(std::int8_t v) { u8(static_cast<std::uint8_t>(v)); }
+  void u16(std::uint16_t v);
+  void i16(std::int16_t v) { u16(static_cast<std::uint16_t>(v)); }
+  void u32(std::uint32_t v);
+  void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
+  void u64(std::uint64_t v);
+  void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
+  // A NUL-terminated string (the string must not itself contain NUL).
+  void cstr(std::string_view s);
+  void raw(ByteView b) { buf_.insert(buf_.end(), b.begin(), b.end()); }
+  void raw(std::string_view s) { raw(as_bytes(s)); }
+
+  // Overwrites a previously written big-endian u32 at `offset`.
+  void patch_u32(std::size_t offset, std::uint32_t v);
+
+  std::size_t size() const { return buf_.size(); }
+  const Bytes& bytes() const& { return buf_; }
+  Bytes take() && { return std::move(buf_); }
+  Bytes take() & { return std::move(buf_); }
+
+ private:
+  Bytes buf_;
+};
+
+// Reads big-endian values from a view. Every read checks bounds; a failed read leaves the
+// reader in a failed state (and returns zero/empty), so a parser can read a whole message and
+// check `ok()` once. It never reads past the view.
+class ByteReader {
+ public:
+  explicit ByteReader(ByteView data) : data_(data) {}
+
+  std::uint8_t u8();
+  std::int8_t i8() { return static_cast<std::int8_t>(u8()); }
+  std::uint16_t u16();
+  std::int16_t i16() { return static_cast<std::int16_t>(u16()); }
+  std::uint32_t u32();
+  std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
+  std::uint64_t u64();
+  std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+  // A NUL-terminated string; fails if no NUL remains.
+  std::string cstr();
+  // Exactly n bytes.
+  ByteView bytes(std::size_t n);
+  std::string string(std::size_t n);
+  // Everything that is left.
+  ByteView rest();
+
+  bool ok() const { return ok_; }
+  bool at_end() const { return pos_ == data_.size(); }
+  std::size_t remaining() const { return data_.size() - pos_; }
+  std::size_t position() const { return pos_; }
+  // Marks the reader failed (for semantic errors found by the caller).
+  void fail() { ok_ = false; }
+
+ private:
+  bool need(std::size_t n);
+
+  ByteView data_;
+  std::size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+}  // namespace pgrelay
