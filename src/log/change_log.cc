@@ -1,0 +1,914 @@
+// The durable change log: batched appends with group commit, crash recovery, retention.
+#include "log/change_log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+#include "log/crc32c.h"
+#include "log/record_reader.h"
+
+namespace pgrelay::log {
+
+namespace {
+
+constexpr std::size_t kWriteBufferFlush = 1u << 20;
+constexpr const char* kLockName = "LOCK";
+
+std::uint64_t make_system_id() {
+  struct timeval tv;
+  ::gettimeofday(&tv, nullptr);
+  return (static_cast<std::uint64_t>(tv.tv_sec) << 32) |
+         (static_cast<std::uint64_t>(tv.tv_usec) << 12) |
+         (static_cast<std::uint64_t>(::getpid()) & 0xFFF);
+}
+
+// Parses "XXXXXXXXXXXXXXXX.seg" into its sequence number.
+std::optional<std::uint64_t> parse_segment_name(const std::string& name) {
+  if (name.size() != 20 || name.substr(16) != ".seg") return std::nullopt;
+  std::uint64_t seq = 0;
+  for (std::size_t i = 0; i < 16; ++i) {
+    char c = name[i];
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    seq = (seq << 4) | static_cast<std::uint64_t>(d);
+  }
+  return seq;
+}
+
+std::vector<std::uint64_t> list_segment_files(const std::string& dir) {
+  std::vector<std::uint64_t> seqs;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return seqs;
+  while (struct dirent* e = ::readdir(d)) {
+    if (auto seq = parse_segment_name(e->d_name)) seqs.push_back(*seq);
+  }
+  ::closedir(d);
+  std::sort(seqs.begin(), seqs.end());
+  return seqs;
+}
+
+Bytes serialize_index(const std::vector<IndexPoint>& points) {
+  ByteWriter w;
+  w.u32(static_cast<std::uint32_t>(points.size()));
+  for (const auto& p : points) {
+    w.u64(p.lsn.value());
+    w.i64(p.time);
+    w.u64(p.offset);
+  }
+  w.u32(crc32c(w.bytes()));
+  return std::move(w).take();
+}
+
+std::optional<std::vector<IndexPoint>> parse_index(ByteView data) {
+  if (data.size() < 8) return std::nullopt;
+  ByteReader crc_reader(data.subspan(data.size() - 4));
+  if (crc32c(data.subspan(0, data.size() - 4)) != crc_reader.u32()) return std::nullopt;
+  ByteReader r(data.subspan(0, data.size() - 4));
+  std::uint32_t n = r.u32();
+  if (r.remaining() != static_cast<std::size_t>(n) * 24) return std::nullopt;
+  std::vector<IndexPoint> points(n);
+  for (auto& p : points) {
+    p.lsn = Lsn(r.u64());
+    p.time = r.i64();
+    p.offset = r.u64();
+  }
+  return points;
+}
+
+// What one segment holds, learned by scanning it.
+struct SegmentScan {
+  std::uint64_t valid_end = kSegmentHeaderSize;  // end of the last whole batch
+  SegmentInfo info;
+  std::vector<IndexPoint> index;
+  std::optional<Bytes> last_checkpoint;
+  std::string stop_reason;  // why scanning stopped before the file's end, if it did
+};
+
+// Scans a segment's records from the header on, keeping only whole batches.
+Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t size,
+                                 std::uint64_t index_interval, std::size_t buffer_size) {
+  SegmentScan scan;
+  RecordReader reader(fd, path, kSegmentHeaderSize, size, buffer_size);
+  struct Pending {
+    EntryMeta meta;
+    Bytes checkpoint;
+  };
+  std::vector<Pending> batch;
+  bool in_entry = false;
+  std::uint64_t batch_start = kSegmentHeaderSize;
+  while (true) {
+    ParsedRecord rec;
+    std::string why;
+    Error io;
+    RecordStatus status = reader.next(&rec, &why, &io);
+    if (status != RecordStatus::kOk) {
+      if (!io.message.empty()) return io;
+      if (!reader.at_limit()) scan.stop_reason = why + " at offset " + std::to_string(reader.offset());
+      break;
+    }
+    ByteReader payload(rec.payload);
+    bool starts = rec.header.type == RecordType::kFull || rec.header.type == RecordType::kFirst;
+    bool ends = rec.header.type == RecordType::kFull || rec.header.type == RecordType::kLast;
+    if (starts == in_entry) {
+      scan.stop_reason = "record out of sequence at offset " +
+                         std::to_string(reader.offset() - rec.total_size);
+      break;
+    }
+    if (starts) {
+      auto meta = decode_entry_meta(payload);
+      if (!meta.ok()) {
+        scan.stop_reason = meta.error().message;
+        break;
+      }
+      batch.push_back(Pending{*meta, {}});
+    }
+    if (batch.back().meta.kind == EntryKind::kCheckpoint) {
+      ByteView data = payload.rest();
+      batch.back().checkpoint.insert(batch.back().checkpoint.end(), data.begin(), data.end());
+    }
+    in_entry = !ends;
+    if ((rec.header.flags & kEndOfBatch) != 0) {
+      if (in_entry) {
+        scan.stop_reason = "batch ends inside an entry";
+        break;
+      }
+      bool indexed = false;
+      for (auto& p : batch) {
+        if (p.meta.kind == EntryKind::kCheckpoint) {
+          scan.last_checkpoint = std::move(p.checkpoint);
+          continue;
+        }
+        if (!indexed && (scan.index.empty() ||
+                         batch_start - scan.index.back().offset >= index_interval)) {
+          scan.index.push_back(IndexPoint{p.meta.commit_lsn, p.meta.commit_time, batch_start});
+        }
+        indexed = true;
+        if (!scan.info.first_lsn.is_valid()) {
+          scan.info.first_lsn = p.meta.commit_lsn;
+          scan.info.first_time = p.meta.commit_time;
+        }
+        scan.info.last_lsn = p.meta.commit_lsn;
+        scan.info.last_time = p.meta.commit_time;
+      }
+      batch.clear();
+      scan.valid_end = reader.offset();
+      batch_start = reader.offset();
+    }
+  }
+  scan.info.bytes = scan.valid_end;
+  return scan;
+}
+
+}  // namespace
+
+struct ChangeLog::ActiveSegment {
+  std::uint64_t seq = 0;
+  std::string path;
+  FileHandle file;
+  std::uint64_t size = 0;
+  SegmentInfo info;
+  std::vector<IndexPoint> index;
+};
+
+ChangeLog::ChangeLog(LogOptions options) : options_(std::move(options)) {}
+
+ChangeLog::~ChangeLog() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  sync_cv_.notify_all();
+  if (sync_thread_.joinable()) sync_thread_.join();
+  if (active_ && options_.sync != SyncPolicy::kNone && !failed_) {
+    (void)sync_file(active_->file.get(), active_->path);
+  }
+}
+
+std::string ChangeLog::segment_path(std::uint64_t seq) const {
+  return options_.dir + "/" + segment_file_name(seq);
+}
+
+Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
+  if (options.dir.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue, "no log directory given",
+                       "Pass --data-dir DIR.");
+  }
+  if (options.segment_size < 4096) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "log segment size " + std::to_string(options.segment_size) + " is too small",
+                       "Use at least 4096 bytes; the default is 64 MiB.");
+  }
+  std::unique_ptr<ChangeLog> log(new ChangeLog(std::move(options)));
+  PGRELAY_TRY(ensure_directory(log->options_.dir));
+  std::string lock_path = log->options_.dir + "/" + kLockName;
+  auto lock_file = open_file(lock_path, O_RDWR | O_CREAT, 0600);
+  if (!lock_file.ok()) return lock_file.take_error();
+  if (::flock(lock_file->get(), LOCK_EX | LOCK_NB) != 0) {
+    return Error::make(sqlstate::kObjectInUse,
+                       "log directory \"" + log->options_.dir + "\" is in use by another process",
+                       "Stop the other pgrelay using this directory, or choose another --data-dir.");
+  }
+  log->dir_lock_ = std::move(*lock_file);
+  if (path_exists(log->options_.dir + "/" + kManifestName)) {
+    PGRELAY_TRY(log->recover());
+  } else {
+    PGRELAY_TRY(log->create_fresh());
+  }
+  if (log->options_.sync == SyncPolicy::kInterval) {
+    log->sync_thread_ = std::thread([raw = log.get()] { raw->interval_sync_loop(); });
+  }
+  return log;
+}
+
+Status ChangeLog::create_fresh() {
+  auto existing = list_segment_files(options_.dir);
+  if (!existing.empty()) {
+    return Error::make(sqlstate::kDataCorrupted,
+                       "log directory \"" + options_.dir + "\" has segment files but no " +
+                           kManifestName,
+                       "The manifest was deleted. Restore the data directory from a backup, or "
+                       "remove the *.seg files to start an empty log.");
+  }
+  manifest_.system_id = make_system_id();
+  manifest_.next_seq = 1;
+  system_id_ = manifest_.system_id;
+  active_ = std::make_unique<ActiveSegment>();
+  active_->seq = manifest_.next_seq++;
+  active_->path = segment_path(active_->seq);
+  auto file = open_file(active_->path, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (!file.ok()) return file.error();
+  active_->file = std::move(*file);
+  ByteWriter header;
+  encode_segment_header(active_->seq, header);
+  PGRELAY_TRY(write_all(active_->file.get(), header.bytes(), active_->path));
+  PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+  active_->size = kSegmentHeaderSize;
+  active_->info.seq = active_->seq;
+  active_->info.bytes = kSegmentHeaderSize;
+  manifest_.segments.push_back(active_->info);
+  PGRELAY_TRY(write_manifest_locked());
+  written_ = synced_ = visible_ = Position{active_->seq, kSegmentHeaderSize};
+  return {};
+}
+
+Status ChangeLog::write_manifest_locked() {
+  if (!manifest_.segments.empty() && active_) manifest_.segments.back() = active_->info;
+  Bytes data = serialize_manifest(manifest_);
+  return write_file_atomically(options_.dir, kManifestName, data);
+}
+
+Status ChangeLog::recover() {
+  std::string manifest_path = options_.dir + "/" + kManifestName;
+  auto data = read_whole_file(manifest_path);
+  if (!data.ok()) return data.error();
+  auto manifest = parse_manifest(*data, manifest_path);
+  if (!manifest.ok()) return manifest.error();
+  manifest_ = std::move(*manifest);
+  system_id_ = manifest_.system_id;
+  if (manifest_.segments.empty()) {
+    return Error::make(sqlstate::kDataCorrupted, "log manifest \"" + manifest_path + "\" lists no segments",
+                       "Restore the data directory from a backup.");
+  }
+  // Files outside the manifest's range are leftovers of a roll or removal cut short by a crash.
+  std::uint64_t first_seq = manifest_.segments.front().seq;
+  for (std::uint64_t seq : list_segment_files(options_.dir)) {
+    if (seq >= manifest_.next_seq || seq < first_seq) {
+      ::unlink(segment_path(seq).c_str());
+      ::unlink((options_.dir + "/" + index_file_name(seq)).c_str());
+    }
+  }
+  for (const auto& s : manifest_.segments) {
+    if (!path_exists(segment_path(s.seq))) {
+      return Error::make(sqlstate::kDataCorrupted,
+                         "log segment \"" + segment_path(s.seq) + "\" is missing",
+                         "The file was deleted behind pgrelay's back. Restore the data directory "
+                         "from a backup.");
+    }
+  }
+  PGRELAY_TRY(scan_active_segment());
+  return {};
+}
+
+Status ChangeLog::scan_active_segment() {
+  active_ = std::make_unique<ActiveSegment>();
+  active_->seq = manifest_.segments.back().seq;
+  active_->path = segment_path(active_->seq);
+  auto file = open_file(active_->path, O_RDWR);
+  if (!file.ok()) return file.error();
+  active_->file = std::move(*file);
+  auto size = file_size(active_->file.get(), active_->path);
+  if (!size.ok()) return size.error();
+  Bytes header(kSegmentHeaderSize);
+  if (*size < kSegmentHeaderSize) {
+    // A crash while creating the segment cannot leave this (the header is synced before the
+    // manifest names the file), so the file was damaged.
+    return Error::make(sqlstate::kDataCorrupted,
+                       "log segment \"" + active_->path + "\" is shorter than its header",
+                       "Restore the data directory from a backup.");
+  }
+  PGRELAY_TRY(pread_all(active_->file.get(), 0, header.data(), header.size(), active_->path));
+  auto seq = decode_segment_header(header, active_->path);
+  if (!seq.ok()) return seq.error();
+  auto scan = scan_segment(active_->file.get(), active_->path, *size, options_.index_interval,
+                           options_.read_buffer);
+  if (!scan.ok()) return scan.error();
+  if (scan->valid_end < *size) {
+    // A torn tail: the batch being written when the process died. Nothing in it was
+    // acknowledged, because acknowledgement follows the write of the whole batch.
+    recovered_truncated_bytes_ = *size - scan->valid_end;
+    if (::ftruncate(active_->file.get(), static_cast<off_t>(scan->valid_end)) != 0) {
+      return io_error("truncate torn tail of", active_->path, errno);
+    }
+    PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+  }
+  active_->size = scan->valid_end;
+  active_->info = scan->info;
+  active_->info.seq = active_->seq;
+  active_->info.sealed = false;
+  active_->index = std::move(scan->index);
+  if (::lseek(active_->file.get(), static_cast<off_t>(active_->size), SEEK_SET) < 0) {
+    return io_error("seek in", active_->path, errno);
+  }
+  last_checkpoint_ = std::move(scan->last_checkpoint);
+  // The newest commit LSN is in the active segment, else in the newest non-empty sealed one.
+  last_commit_lsn_ = active_->info.last_lsn;
+  for (auto it = manifest_.segments.rbegin(); !last_commit_lsn_.is_valid() && it != manifest_.segments.rend(); ++it) {
+    last_commit_lsn_ = it->last_lsn;
+  }
+  if (!last_commit_lsn_.is_valid()) last_commit_lsn_ = manifest_.removed_through;
+  last_end_lsn_ = last_commit_lsn_;
+  written_ = synced_ = visible_ = Position{active_->seq, active_->size};
+  return {};
+}
+
+Status ChangeLog::validate_batch_locked(std::span<const PendingEntry> batch) const {
+  Lsn last = last_commit_lsn_;
+  for (const auto& e : batch) {
+    if (e.meta.kind == EntryKind::kCheckpoint) continue;
+    if (e.meta.commit_lsn <= last) {
+      return Error::make(sqlstate::kInternalError,
+                         "log append out of order: commit LSN " + e.meta.commit_lsn.to_string() +
+                             " is not after " + last.to_string());
+    }
+    if (e.meta.end_lsn.is_valid() && e.meta.end_lsn < e.meta.commit_lsn) {
+      return Error::make(sqlstate::kInternalError, "log entry end LSN precedes its commit LSN");
+    }
+    if (e.meta.origin.size() > 0xFFFF) {
+      return Error::make(sqlstate::kInternalError, "log entry origin name is too long");
+    }
+    last = e.meta.commit_lsn;
+  }
+  return {};
+}
+
+Status ChangeLog::roll_segment() {
+  if (options_.sync != SyncPolicy::kNone) {
+    PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+    ++counters_.fsyncs;
+  }
+  synced_ = written_;
+  publish_locked(written_);
+  std::uint64_t old_seq = active_->seq;
+  active_->info.sealed = true;
+  active_->info.bytes = active_->size;
+  std::vector<IndexPoint> old_index = std::move(active_->index);
+
+  auto next = std::make_unique<ActiveSegment>();
+  next->seq = manifest_.next_seq;
+  next->path = segment_path(next->seq);
+  auto file = open_file(next->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (!file.ok()) return file.error();
+  next->file = std::move(*file);
+  ByteWriter header;
+  encode_segment_header(next->seq, header);
+  PGRELAY_TRY(write_all(next->file.get(), header.bytes(), next->path));
+  PGRELAY_TRY(sync_file(next->file.get(), next->path));
+  PGRELAY_TRY(sync_directory(options_.dir));
+  next->size = kSegmentHeaderSize;
+  next->info.seq = next->seq;
+  next->info.bytes = kSegmentHeaderSize;
+
+  // The manifest switch makes the roll official; before it, recovery deletes the new file.
+  Manifest updated = manifest_;
+  updated.segments.back() = active_->info;
+  updated.segments.push_back(next->info);
+  updated.next_seq = next->seq + 1;
+  PGRELAY_TRY(write_file_atomically(options_.dir, kManifestName, serialize_manifest(updated)));
+  manifest_ = std::move(updated);
+  active_ = std::move(next);
+  written_ = synced_ = Position{active_->seq, kSegmentHeaderSize};
+  publish_locked(written_);
+  // The index speeds up seeks; a missing index file is rebuilt by scanning.
+  (void)write_file_atomically(options_.dir, index_file_name(old_seq), serialize_index(old_index));
+
+  // Recovery scans only the active segment, so it must hold the latest checkpoint.
+  if (last_checkpoint_) {
+    Bytes checkpoint = *last_checkpoint_;
+    EntryMeta meta;
+    meta.kind = EntryKind::kCheckpoint;
+    meta.commit_lsn = last_commit_lsn_;
+    PendingEntry entry{meta, checkpoint};
+    std::uint64_t end = 0;
+    PGRELAY_TRY(write_batch_locked(std::span<const PendingEntry>(&entry, 1), &end));
+    if (options_.sync != SyncPolicy::kNone) {
+      PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+      ++counters_.fsyncs;
+    }
+    synced_ = written_;
+    publish_locked(written_);
+  }
+  return {};
+}
+
+Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset) {
+  std::uint64_t batch_start = active_->size;
+  ByteWriter buf;
+  std::uint64_t flushed = 0;
+  auto flush = [&]() -> Status {
+    Status st = write_all(active_->file.get(), buf.bytes(), active_->path);
+    flushed += buf.size();
+    buf = ByteWriter();
+    return st;
+  };
+  Status status;
+  for (std::size_t i = 0; i < batch.size() && status.ok(); ++i) {
+    const PendingEntry& e = batch[i];
+    bool last_entry = i + 1 == batch.size();
+    ByteWriter first;
+    encode_entry_meta(e.meta, first);
+    std::size_t room = kMaxRecordPayload - first.size();
+    std::size_t take = std::min(room, e.data.size());
+    first.raw(e.data.subspan(0, take));
+    std::size_t done = take;
+    bool whole = done == e.data.size();
+    append_record(whole ? RecordType::kFull : RecordType::kFirst,
+                  whole && last_entry ? kEndOfBatch : 0, first.bytes(), buf);
+    while (done < e.data.size()) {
+      std::size_t n = std::min(kMaxRecordPayload, e.data.size() - done);
+      bool last_piece = done + n == e.data.size();
+      append_record(last_piece ? RecordType::kLast : RecordType::kMiddle,
+                    last_piece && last_entry ? kEndOfBatch : 0, e.data.subspan(done, n), buf);
+      done += n;
+      if (buf.size() >= kWriteBufferFlush) {
+        status = flush();
+        if (!status.ok()) break;
+      }
+    }
+    if (status.ok() && buf.size() >= kWriteBufferFlush) status = flush();
+  }
+  if (status.ok() && buf.size() > 0) status = flush();
+  if (!status.ok()) {
+    // Take back whatever part of the batch reached the file, so that the log stays appendable
+    // (for example once disk space is freed) and never holds a half batch.
+    if (::ftruncate(active_->file.get(), static_cast<off_t>(batch_start)) != 0 ||
+        ::lseek(active_->file.get(), static_cast<off_t>(batch_start), SEEK_SET) < 0) {
+      failed_ = io_error("truncate a failed write of", active_->path, errno);
+    }
+    return status;
+  }
+  active_->size = batch_start + flushed;
+  written_ = Position{active_->seq, active_->size};
+  *end_offset = active_->size;
+
+  bool indexed = false;
+  for (const auto& e : batch) {
+    if (e.meta.kind == EntryKind::kCheckpoint) {
+      last_checkpoint_ = Bytes(e.data.begin(), e.data.end());
+      continue;
+    }
+    if (!indexed && (active_->index.empty() ||
+                     batch_start - active_->index.back().offset >= options_.index_interval)) {
+      active_->index.push_back(IndexPoint{e.meta.commit_lsn, e.meta.commit_time, batch_start});
+    }
+    indexed = true;
+    if (!active_->info.first_lsn.is_valid()) {
+      active_->info.first_lsn = e.meta.commit_lsn;
+      active_->info.first_time = e.meta.commit_time;
+    }
+    active_->info.last_lsn = e.meta.commit_lsn;
+    active_->info.last_time = e.meta.commit_time;
+    last_commit_lsn_ = e.meta.commit_lsn;
+    last_end_lsn_ = std::max(e.meta.end_lsn, e.meta.commit_lsn);
+    ++counters_.entries_appended;
+  }
+  active_->info.bytes = active_->size;
+  counters_.bytes_appended += flushed;
+  ++counters_.batches_appended;
+  return {};
+}
+
+Status ChangeLog::append(std::span<const PendingEntry> batch) {
+  if (batch.empty()) return {};
+  std::unique_lock lock(mu_);
+  if (failed_) return *failed_;
+  PGRELAY_TRY(validate_batch_locked(batch));
+  std::uint64_t estimate = 0;
+  for (const auto& e : batch) estimate += e.data.size() + 64 + e.meta.origin.size();
+  if (active_->size > kSegmentHeaderSize && active_->size + estimate > options_.segment_size) {
+    Status rolled = roll_segment();
+    if (!rolled.ok()) {
+      failed_ = rolled.error();
+      return rolled;
+    }
+  }
+  std::uint64_t end = 0;
+  PGRELAY_TRY(write_batch_locked(batch, &end));
+  Position mine{active_->seq, end};
+  switch (options_.sync) {
+    case SyncPolicy::kNone:
+      publish_locked(mine);
+      break;
+    case SyncPolicy::kInterval:
+      publish_locked(mine);
+      if (written_.seq == synced_.seq && written_.offset - synced_.offset >= options_.sync_bytes) {
+        PGRELAY_TRY(sync_until(mine.seq, mine.offset, lock));
+      }
+      break;
+    case SyncPolicy::kFsyncPerCommit:
+      PGRELAY_TRY(sync_until(mine.seq, mine.offset, lock));
+      break;
+  }
+  lock.unlock();
+  notify_listeners();
+  return {};
+}
+
+Status ChangeLog::sync_until(std::uint64_t seq, std::uint64_t offset,
+                             std::unique_lock<std::mutex>& lock) {
+  Position target{seq, offset};
+  while (synced_ < target) {
+    if (failed_) return *failed_;
+    if (sync_in_progress_) {
+      sync_cv_.wait(lock);
+      continue;
+    }
+    // Become the leader: one fdatasync covers every batch written so far.
+    sync_in_progress_ = true;
+    Position goal = written_;
+    int fd = ::dup(active_->file.get());
+    std::string path = active_->path;
+    lock.unlock();
+    Status st = fd >= 0 ? sync_file(fd, path) : io_error("duplicate descriptor of", path, errno);
+    if (fd >= 0) ::close(fd);
+    lock.lock();
+    sync_in_progress_ = false;
+    ++counters_.fsyncs;
+    if (!st.ok()) {
+      // After a failed fsync the kernel may have dropped dirty pages; what reached the disk is
+      // unknown, so the only safe continuation is recovery from the file on restart.
+      Error err = st.error();
+      err.hint = "Restart pgrelay to recover the log from its last durable state. " + err.hint;
+      failed_ = err;
+      sync_cv_.notify_all();
+      return *failed_;
+    }
+    if (synced_ < goal) {
+      synced_ = goal;
+      if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal);
+    }
+    sync_cv_.notify_all();
+  }
+  return {};
+}
+
+void ChangeLog::interval_sync_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    sync_cv_.wait_for(lock, options_.sync_interval);
+    if (stopping_) break;
+    if (synced_ < written_ && !failed_ && !sync_in_progress_) {
+      (void)sync_until(written_.seq, written_.offset, lock);
+    }
+  }
+}
+
+void ChangeLog::publish_locked(Position pos) {
+  if (visible_ < pos) {
+    visible_ = pos;
+    visible_cv_.notify_all();
+  }
+}
+
+void ChangeLog::on_visible(std::function<void()> listener) {
+  std::lock_guard lock(mu_);
+  listeners_.push_back(std::move(listener));
+}
+
+void ChangeLog::notify_listeners() {
+  std::vector<std::function<void()>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    if (listeners_.empty()) return;
+    listeners = listeners_;
+  }
+  for (auto& f : listeners) f();
+}
+
+Position ChangeLog::visible_position() const {
+  std::lock_guard lock(mu_);
+  return visible_;
+}
+
+bool ChangeLog::wait_beyond(Position pos, std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(mu_);
+  return visible_cv_.wait_until(lock, deadline, [&] { return pos < visible_ || stopping_; }) &&
+         pos < visible_;
+}
+
+std::optional<std::uint64_t> ChangeLog::segment_after(std::uint64_t seq) const {
+  std::lock_guard lock(mu_);
+  for (const auto& s : manifest_.segments) {
+    if (s.seq > seq) return s.seq;
+  }
+  return std::nullopt;
+}
+
+std::optional<Bytes> ChangeLog::last_checkpoint() const {
+  std::lock_guard lock(mu_);
+  return last_checkpoint_;
+}
+
+Lsn ChangeLog::last_commit_lsn() const {
+  std::lock_guard lock(mu_);
+  return last_commit_lsn_;
+}
+
+Lsn ChangeLog::last_end_lsn() const {
+  std::lock_guard lock(mu_);
+  return last_end_lsn_;
+}
+
+LogStats ChangeLog::stats() const {
+  std::lock_guard lock(mu_);
+  LogStats s = counters_;
+  s.segments = manifest_.segments.size();
+  s.total_bytes = 0;
+  for (const auto& seg : manifest_.segments) {
+    s.total_bytes += seg.seq == active_->seq ? active_->size : seg.bytes;
+    if (!s.oldest_lsn.is_valid()) {
+      s.oldest_lsn = seg.seq == active_->seq ? active_->info.first_lsn : seg.first_lsn;
+    }
+  }
+  s.newest_lsn = last_commit_lsn_;
+  s.newest_time = active_->info.last_time;
+  for (auto it = manifest_.segments.rbegin(); s.newest_time == 0 && it != manifest_.segments.rend(); ++it) {
+    s.newest_time = it->last_time;
+  }
+  s.recovered_truncated_bytes = recovered_truncated_bytes_;
+  return s;
+}
+
+std::vector<IndexPoint> ChangeLog::load_index(std::uint64_t seq) const {
+  std::string path = options_.dir + "/" + index_file_name(seq);
+  if (auto data = read_whole_file(path); data.ok()) {
+    if (auto points = parse_index(*data)) return std::move(*points);
+  }
+  // No usable index file: rebuild it by scanning the (sealed, fully valid) segment.
+  std::string seg = segment_path(seq);
+  auto file = open_file(seg, O_RDONLY);
+  if (!file.ok()) return {};
+  auto size = file_size(file->get(), seg);
+  if (!size.ok()) return {};
+  auto scan = scan_segment(file->get(), seg, *size, options_.index_interval, options_.read_buffer);
+  if (!scan.ok()) return {};
+  return std::move(scan->index);
+}
+
+Result<Position> ChangeLog::seek(Lsn start) const {
+  std::vector<SegmentInfo> segments;
+  std::vector<IndexPoint> active_index;
+  std::uint64_t active_seq = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (manifest_.removed_through.is_valid() && start <= manifest_.removed_through) {
+      return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                         "requested starting point " + start.to_string() +
+                             " has already been removed from the log",
+                         "The oldest retained position is after " +
+                             manifest_.removed_through.to_string() +
+                             ". Start from a later LSN, or create a new slot and copy the data again.");
+    }
+    segments = manifest_.segments;
+    segments.back() = active_->info;
+    active_index = active_->index;
+    active_seq = active_->seq;
+  }
+  for (const auto& s : segments) {
+    if (!s.last_lsn.is_valid() || s.last_lsn < start) continue;
+    auto index = s.seq == active_seq ? active_index : load_index(s.seq);
+    // The last index point strictly before `start`: every entry before it is before `start`.
+    auto it = std::lower_bound(index.begin(), index.end(), start,
+                               [](const IndexPoint& p, Lsn l) { return p.lsn < l; });
+    if (it == index.begin()) return Position{s.seq, kSegmentHeaderSize};
+    return Position{s.seq, std::prev(it)->offset};
+  }
+  // Nothing retained reaches `start`: begin at the visible end; later entries are filtered.
+  return visible_position();
+}
+
+Result<Position> ChangeLog::seek_time(std::int64_t time) const {
+  std::vector<SegmentInfo> segments;
+  std::vector<IndexPoint> active_index;
+  std::uint64_t active_seq = 0;
+  {
+    std::lock_guard lock(mu_);
+    segments = manifest_.segments;
+    segments.back() = active_->info;
+    active_index = active_->index;
+    active_seq = active_->seq;
+  }
+  for (const auto& s : segments) {
+    if (!s.last_lsn.is_valid() || s.last_time < time) continue;
+    auto index = s.seq == active_seq ? active_index : load_index(s.seq);
+    auto it = std::lower_bound(index.begin(), index.end(), time,
+                               [](const IndexPoint& p, std::int64_t t) { return p.time < t; });
+    if (it == index.begin()) return Position{s.seq, kSegmentHeaderSize};
+    return Position{s.seq, std::prev(it)->offset};
+  }
+  return visible_position();
+}
+
+Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor(Lsn start) {
+  auto pos = seek(start);
+  if (!pos.ok()) return pos.take_error();
+  std::unique_ptr<Cursor> cursor(new Cursor(this, start, *pos));
+  PGRELAY_TRY(cursor->open_segment(pos->seq, pos->offset));
+  return cursor;
+}
+
+Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor_at_time(std::int64_t time) {
+  auto pos = seek_time(time);
+  if (!pos.ok()) return pos.take_error();
+  // Entries before `time` in the first batch are skipped by commit LSN: find the first entry's.
+  std::unique_ptr<Cursor> cursor(new Cursor(this, Lsn(0), *pos));
+  PGRELAY_TRY(cursor->open_segment(pos->seq, pos->offset));
+  cursor->min_time_ = time;
+  return cursor;
+}
+
+Status ChangeLog::remove_before(Lsn lsn) {
+  std::vector<std::uint64_t> doomed;
+  {
+    std::lock_guard lock(mu_);
+    Manifest updated = manifest_;
+    while (updated.segments.size() > 1 && updated.segments.front().sealed &&
+           (!updated.segments.front().last_lsn.is_valid() ||
+            updated.segments.front().last_lsn < lsn)) {
+      const auto& s = updated.segments.front();
+      if (s.last_lsn.is_valid() && s.last_lsn > updated.removed_through) {
+        updated.removed_through = s.last_lsn;
+      }
+      doomed.push_back(s.seq);
+      updated.segments.erase(updated.segments.begin());
+    }
+    if (doomed.empty()) return {};
+    PGRELAY_TRY(write_file_atomically(options_.dir, kManifestName, serialize_manifest(updated)));
+    manifest_ = std::move(updated);
+  }
+  // The manifest no longer names these files; a crash before the unlinks leaves files that
+  // recovery deletes.
+  for (std::uint64_t seq : doomed) {
+    ::unlink(segment_path(seq).c_str());
+    ::unlink((options_.dir + "/" + index_file_name(seq)).c_str());
+  }
+  return sync_directory(options_.dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cursor
+
+Cursor::Cursor(const ChangeLog* log, Lsn start, Position pos) : log_(log), start_(start), pos_(pos) {}
+
+Status Cursor::open_segment(std::uint64_t seq, std::uint64_t offset) {
+  std::string path = log_->segment_path(seq);
+  auto file = open_file(path, O_RDONLY);
+  if (!file.ok()) return file.error();
+  Bytes header(kSegmentHeaderSize);
+  PGRELAY_TRY(pread_all(file->get(), 0, header.data(), header.size(), path));
+  auto got = decode_segment_header(header, path);
+  if (!got.ok()) return got.error();
+  file_ = std::move(*file);
+  reader_ = std::make_unique<RecordReader>(file_.get(), path, offset, offset,
+                                           log_->options().read_buffer);
+  pos_ = Position{seq, offset};
+  in_entry_ = false;
+  pending_valid_ = false;
+  return {};
+}
+
+Error Cursor::corruption(const std::string& why) const {
+  return Error::make(sqlstate::kDataCorrupted,
+                     "log segment \"" + reader_->path() + "\" is damaged at offset " +
+                         std::to_string(reader_->offset()) + ": " + why,
+                     "Restore the data directory from a backup. To serve consumers again without "
+                     "it, drop the slots that need this segment and create new ones.");
+}
+
+Result<std::optional<EntryMeta>> Cursor::next_entry() {
+  // Skip whatever is left of the current entry.
+  while (in_entry_) {
+    auto piece = next_data();
+    if (!piece.ok()) return piece.take_error();
+  }
+  while (true) {
+    if (reader_->at_limit()) {
+      Position visible = log_->visible_position();
+      if (visible.seq == pos_.seq) {
+        reader_->extend_limit(visible.offset);
+      } else if (visible.seq > pos_.seq) {
+        auto size = file_size(file_.get(), reader_->path());
+        if (!size.ok()) return size.take_error();
+        reader_->extend_limit(*size);
+      }
+      if (reader_->at_limit()) {
+        if (visible.seq <= pos_.seq) return std::optional<EntryMeta>();
+        auto next = log_->segment_after(pos_.seq);
+        if (!next) return std::optional<EntryMeta>();
+        PGRELAY_TRY(open_segment(*next, kSegmentHeaderSize));
+        continue;
+      }
+    }
+    ParsedRecord rec;
+    std::string why;
+    Error io;
+    RecordStatus status = reader_->next(&rec, &why, &io);
+    if (status != RecordStatus::kOk) {
+      if (!io.message.empty()) return io;
+      return corruption(why);
+    }
+    if (rec.header.type != RecordType::kFull && rec.header.type != RecordType::kFirst) {
+      return corruption("entry continuation without a start");
+    }
+    ByteReader payload(rec.payload);
+    auto meta = decode_entry_meta(payload);
+    if (!meta.ok()) return corruption(meta.error().message);
+    bool whole = rec.header.type == RecordType::kFull;
+    bool wanted = meta->kind != EntryKind::kCheckpoint && meta->commit_lsn >= start_ &&
+                  meta->commit_time >= min_time_;
+    in_entry_ = !whole;
+    if (!wanted) {
+      pending_valid_ = false;
+      while (in_entry_) {
+        auto piece = next_data();
+        if (!piece.ok()) return piece.take_error();
+      }
+      pos_.offset = reader_->offset();
+      continue;
+    }
+    pending_data_ = payload.rest();
+    pending_valid_ = true;
+    entry_whole_ = whole;
+    if (whole) pos_.offset = reader_->offset();
+    return std::optional<EntryMeta>(std::move(*meta));
+  }
+}
+
+Result<std::optional<ByteView>> Cursor::next_data() {
+  if (pending_valid_) {
+    pending_valid_ = false;
+    return std::optional<ByteView>(pending_data_);
+  }
+  if (!in_entry_) return std::optional<ByteView>();
+  ParsedRecord rec;
+  std::string why;
+  Error io;
+  // A batch is visible only as a whole, so the rest of an entry is always readable.
+  if (reader_->at_limit()) return corruption("entry continues past the visible end");
+  RecordStatus status = reader_->next(&rec, &why, &io);
+  if (status != RecordStatus::kOk) {
+    if (!io.message.empty()) return io;
+    return corruption(why);
+  }
+  if (rec.header.type == RecordType::kLast) {
+    in_entry_ = false;
+    pos_.offset = reader_->offset();
+  } else if (rec.header.type != RecordType::kMiddle) {
+    return corruption("entry is missing its last record");
+  }
+  return std::optional<ByteView>(rec.payload);
+}
+
+Result<Bytes> Cursor::read_data() {
+  Bytes out;
+  while (true) {
+    auto piece = next_data();
+    if (!piece.ok()) return piece.take_error();
+    if (!*piece) return out;
+    out.insert(out.end(), (*piece)->begin(), (*piece)->end());
+  }
+}
+
+bool Cursor::wait(std::chrono::milliseconds timeout) {
+  Position mine{pos_.seq, reader_->limit()};
+  return log_->wait_beyond(mine, std::chrono::steady_clock::now() + timeout);
+}
+
+}  // namespace pgrelay::log

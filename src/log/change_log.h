@@ -1,0 +1,203 @@
+// The durable change log: append batches of whole entries, recover on open, serve cursors.
+//
+// Durability policies (LogOptions::sync):
+//  - kFsyncPerCommit: append() returns after fdatasync covered its batch. Concurrent appenders
+//    share one fdatasync (group commit). Nothing acknowledged is ever lost.
+//  - kInterval: append() returns after write(2); a background thread fsyncs every
+//    `sync_interval`, and an appender fsyncs itself once `sync_bytes` are unsynced. A crash of
+//    the machine (not of the process: the page cache survives that) can lose at most the last
+//    `sync_interval` or `sync_bytes` of acknowledged appends, whichever comes first.
+//  - kNone: never fsyncs. For tests and benchmarks only.
+// Readers see exactly what the policy has acknowledged, and only whole batches.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/result.h"
+#include "log/file_util.h"
+#include "log/format.h"
+#include "log/manifest.h"
+#include "log/record_reader.h"
+
+namespace pgrelay::log {
+
+enum class SyncPolicy { kFsyncPerCommit, kInterval, kNone };
+
+struct LogOptions {
+  std::string dir;
+  std::uint64_t segment_size = 64ull << 20;
+  SyncPolicy sync = SyncPolicy::kFsyncPerCommit;
+  std::chrono::milliseconds sync_interval{100};
+  std::uint64_t sync_bytes = 8ull << 20;
+  // A sparse index point is recorded at least every this many bytes of a segment.
+  std::uint64_t index_interval = 64ull << 10;
+  // Per-cursor read buffer; with the writer's batch buffer this bounds the log's memory.
+  std::size_t read_buffer = 256ull << 10;
+};
+
+// One entry handed to append(): its metadata and its data.
+struct PendingEntry {
+  EntryMeta meta;
+  ByteView data;
+};
+
+// A position in the log: (segment, byte offset in it).
+struct Position {
+  std::uint64_t seq = 0;
+  std::uint64_t offset = 0;
+  auto operator<=>(const Position&) const = default;
+};
+
+struct IndexPoint {
+  Lsn lsn;                  // commit LSN of the first entry of the batch at `offset`
+  std::int64_t time = 0;    // its commit time
+  std::uint64_t offset = 0;
+};
+
+struct LogStats {
+  std::uint64_t entries_appended = 0;
+  std::uint64_t bytes_appended = 0;
+  std::uint64_t batches_appended = 0;
+  std::uint64_t fsyncs = 0;
+  std::uint64_t segments = 0;
+  std::uint64_t total_bytes = 0;
+  Lsn oldest_lsn;  // first retained entry (invalid if empty)
+  Lsn newest_lsn;  // last visible entry (invalid if empty)
+  std::int64_t newest_time = 0;
+  std::uint64_t recovered_truncated_bytes = 0;  // torn tail discarded at open
+};
+
+class Cursor;
+
+class ChangeLog {
+ public:
+  // Opens (creating if needed) the log in options.dir, recovering from a crash: a torn or
+  // damaged tail of the active segment is truncated back to the last whole batch.
+  static Result<std::unique_ptr<ChangeLog>> open(LogOptions options);
+  ~ChangeLog();
+  ChangeLog(const ChangeLog&) = delete;
+  ChangeLog& operator=(const ChangeLog&) = delete;
+
+  // Appends the entries as one atomic batch. Transactions and messages must have strictly
+  // increasing commit LSNs (checkpoints are exempt). Returns once durable under the policy.
+  Status append(std::span<const PendingEntry> batch);
+
+  // A cursor at the first entry whose commit LSN is >= `start` (Postgres's restart rule).
+  // Errors if `start` lies in removed segments. The log must outlive its cursors.
+  Result<std::unique_ptr<Cursor>> open_cursor(Lsn start);
+  // A cursor at the first entry committed at or after `time` (µs since 2000-01-01).
+  Result<std::unique_ptr<Cursor>> open_cursor_at_time(std::int64_t time);
+
+  // Deletes sealed segments all of whose entries have commit LSN < `lsn`.
+  Status remove_before(Lsn lsn);
+
+  // The data of the most recent checkpoint entry, if any.
+  std::optional<Bytes> last_checkpoint() const;
+  Lsn last_commit_lsn() const;
+  Lsn last_end_lsn() const;
+  std::uint64_t system_id() const { return system_id_; }
+  LogStats stats() const;
+  const LogOptions& options() const { return options_; }
+
+  // Registers a function called (from the appending thread, without locks held) whenever new
+  // entries become visible; for event loops that cannot block in Cursor::wait.
+  void on_visible(std::function<void()> listener);
+
+  // --- for Cursor ---
+  Position visible_position() const;
+  // Waits until the visible position passes `pos` or the deadline passes; true if it did.
+  bool wait_beyond(Position pos, std::chrono::steady_clock::time_point deadline) const;
+  // The segment after `seq`, if any.
+  std::optional<std::uint64_t> segment_after(std::uint64_t seq) const;
+  std::string segment_path(std::uint64_t seq) const;
+
+ private:
+  struct ActiveSegment;
+  explicit ChangeLog(LogOptions options);
+  Status recover();
+  Status create_fresh();
+  Status scan_active_segment();
+  Status roll_segment();
+  Status write_manifest_locked();
+  Status write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset);
+  Status validate_batch_locked(std::span<const PendingEntry> batch) const;
+  Status sync_until(std::uint64_t seq, std::uint64_t offset, std::unique_lock<std::mutex>& lock);
+  void publish_locked(Position pos);
+  void notify_listeners();
+  void interval_sync_loop();
+  std::vector<IndexPoint> load_index(std::uint64_t seq) const;
+  Result<Position> seek(Lsn start) const;
+  Result<Position> seek_time(std::int64_t time) const;
+
+  LogOptions options_;
+  std::uint64_t system_id_ = 0;
+  FileHandle dir_lock_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable visible_cv_;
+  std::condition_variable sync_cv_;
+  Manifest manifest_;
+  std::unique_ptr<ActiveSegment> active_;
+  Position written_;
+  Position synced_;
+  Position visible_;
+  bool sync_in_progress_ = false;
+  std::optional<Error> failed_;  // set after an fsync failure: the log refuses further appends
+  Lsn last_commit_lsn_;
+  Lsn last_end_lsn_;
+  std::optional<Bytes> last_checkpoint_;
+  std::vector<std::function<void()>> listeners_;
+  LogStats counters_;
+  std::uint64_t recovered_truncated_bytes_ = 0;
+
+  bool stopping_ = false;
+  std::thread sync_thread_;
+};
+
+// Reads entries in log order from a start position. Not thread-safe; one per reader.
+class Cursor {
+ public:
+  // The next entry with commit LSN >= the start point, skipping checkpoints and the unread
+  // rest of the current entry; nullopt when the reader has caught up with what is visible.
+  Result<std::optional<EntryMeta>> next_entry();
+  // The next piece of the current entry's data; nullopt when the entry has no more data.
+  Result<std::optional<ByteView>> next_data();
+  // The whole remaining data of the current entry.
+  Result<Bytes> read_data();
+  // Blocks until more entries may be visible or the timeout passes; true if something new.
+  bool wait(std::chrono::milliseconds timeout);
+  // Position after the last entry returned (where a later cursor would resume).
+  Position position() const { return pos_; }
+
+ private:
+  friend class ChangeLog;
+  Cursor(const ChangeLog* log, Lsn start, Position pos);
+  Status open_segment(std::uint64_t seq, std::uint64_t offset);
+  Error corruption(const std::string& why) const;
+
+  const ChangeLog* log_;
+  Lsn start_;
+  Position pos_;  // start of the next unread record
+  FileHandle file_;
+  std::unique_ptr<RecordReader> reader_;
+  bool in_entry_ = false;     // data of the current entry not yet fully read
+  ByteView pending_data_;     // data carried by the record that started the entry
+  bool pending_valid_ = false;
+  bool entry_whole_ = false;
+  std::int64_t min_time_ = std::numeric_limits<std::int64_t>::min();
+};
+
+}  // namespace pgrelay::log
