@@ -438,24 +438,44 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
     buf = ByteWriter();
     return st;
   };
+  Bytes piece;  // staging for data read from a DataSource
+  // Bytes [offset, offset + n) of an entry's data, from memory or from its source.
+  auto data_range = [&](const PendingEntry& e, std::uint64_t offset, std::size_t n) -> Result<ByteView> {
+    if (e.source == nullptr) return e.data.subspan(offset, n);
+    piece.resize(n);
+    Status st = e.source->read(offset, piece);
+    if (!st.ok()) return st.error();
+    return ByteView(piece);
+  };
   Status status;
   for (std::size_t i = 0; i < batch.size() && status.ok(); ++i) {
     const PendingEntry& e = batch[i];
+    const std::uint64_t size = e.data_size();
     bool last_entry = i + 1 == batch.size();
     ByteWriter first;
     encode_entry_meta(e.meta, first);
-    std::size_t room = kMaxRecordPayload - first.size();
-    std::size_t take = std::min(room, e.data.size());
-    first.raw(e.data.subspan(0, take));
-    std::size_t done = take;
-    bool whole = done == e.data.size();
+    std::size_t take = static_cast<std::size_t>(
+        std::min<std::uint64_t>(kMaxRecordPayload - first.size(), size));
+    auto head = data_range(e, 0, take);
+    if (!head.ok()) {
+      status = head.error();
+      break;
+    }
+    first.raw(*head);
+    std::uint64_t done = take;
+    bool whole = done == size;
     append_record(whole ? RecordType::kFull : RecordType::kFirst,
                   whole && last_entry ? kEndOfBatch : 0, first.bytes(), buf);
-    while (done < e.data.size()) {
-      std::size_t n = std::min(kMaxRecordPayload, e.data.size() - done);
-      bool last_piece = done + n == e.data.size();
+    while (done < size) {
+      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kMaxRecordPayload, size - done));
+      bool last_piece = done + n == size;
+      auto part = data_range(e, done, n);
+      if (!part.ok()) {
+        status = part.error();
+        break;
+      }
       append_record(last_piece ? RecordType::kLast : RecordType::kMiddle,
-                    last_piece && last_entry ? kEndOfBatch : 0, e.data.subspan(done, n), buf);
+                    last_piece && last_entry ? kEndOfBatch : 0, *part, buf);
       done += n;
       if (buf.size() >= kWriteBufferFlush) {
         status = flush();
@@ -481,7 +501,12 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
   bool indexed = false;
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) {
-      last_checkpoint_ = Bytes(e.data.begin(), e.data.end());
+      if (e.source == nullptr) {
+        last_checkpoint_ = Bytes(e.data.begin(), e.data.end());
+      } else {
+        Bytes data(e.source->size());
+        if (e.source->read(0, data).ok()) last_checkpoint_ = std::move(data);
+      }
       continue;
     }
     if (!indexed && (active_->index.empty() ||
@@ -511,7 +536,7 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
   std::uint64_t estimate = 0;
-  for (const auto& e : batch) estimate += e.data.size() + 64 + e.meta.origin.size();
+  for (const auto& e : batch) estimate += e.data_size() + 64 + e.meta.origin.size();
   if (active_->size > kSegmentHeaderSize && active_->size + estimate > options_.segment_size) {
     Status rolled = roll_segment();
     if (!rolled.ok()) {

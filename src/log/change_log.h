@@ -48,10 +48,22 @@ struct LogOptions {
   std::size_t read_buffer = 256ull << 10;
 };
 
-// One entry handed to append(): its metadata and its data.
+// Entry data too large to hold in memory (a spilled transaction): read piece by piece.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual std::uint64_t size() const = 0;
+  // Fills `out` with the bytes at `offset`; offset + out.size() <= size().
+  virtual Status read(std::uint64_t offset, std::span<std::uint8_t> out) const = 0;
+};
+
+// One entry handed to append(): its metadata and its data, in memory or from a source.
 struct PendingEntry {
   EntryMeta meta;
   ByteView data;
+  const DataSource* source = nullptr;  // when set, used instead of `data`
+
+  std::uint64_t data_size() const { return source != nullptr ? source->size() : data.size(); }
 };
 
 // A position in the log: (segment, byte offset in it).
