@@ -89,6 +89,7 @@ struct SegmentScan {
   SegmentInfo info;
   std::vector<IndexPoint> index;
   std::optional<Bytes> last_checkpoint;
+  Lsn last_end;  // highest end LSN of the kept entries
   std::string stop_reason;  // why scanning stopped before the file's end, if it did
 };
 
@@ -144,6 +145,7 @@ Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t 
       for (auto& p : batch) {
         if (p.meta.kind == EntryKind::kCheckpoint) {
           scan.last_checkpoint = std::move(p.checkpoint);
+          scan.last_end = std::max(scan.last_end, p.meta.end_lsn);
           continue;
         }
         if (!indexed && (scan.index.empty() ||
@@ -157,6 +159,7 @@ Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t 
         }
         scan.info.last_lsn = p.meta.commit_lsn;
         scan.info.last_time = p.meta.commit_time;
+        scan.last_end = std::max({scan.last_end, p.meta.end_lsn, p.meta.commit_lsn});
       }
       batch.clear();
       scan.valid_end = reader.offset();
@@ -344,7 +347,9 @@ Status ChangeLog::scan_active_segment() {
     last_commit_lsn_ = it->last_lsn;
   }
   if (!last_commit_lsn_.is_valid()) last_commit_lsn_ = manifest_.removed_through;
-  last_end_lsn_ = last_commit_lsn_;
+  // Without entries in the active segment, the end of the newest entry is unknown here; the
+  // commit LSN is a safe lower bound (assigned LSNs then still never repeat a commit LSN).
+  last_end_lsn_ = std::max(scan->last_end, last_commit_lsn_);
   written_ = synced_ = visible_ = Position{active_->seq, active_->size};
   return {};
 }
@@ -415,6 +420,7 @@ Status ChangeLog::roll_segment() {
     EntryMeta meta;
     meta.kind = EntryKind::kCheckpoint;
     meta.commit_lsn = last_commit_lsn_;
+    meta.end_lsn = last_end_lsn_;  // lets recovery of this segment know the end of the log
     PendingEntry entry{meta, checkpoint};
     std::uint64_t end = 0;
     PGRELAY_TRY(write_batch_locked(std::span<const PendingEntry>(&entry, 1), &end));
@@ -533,6 +539,29 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
 Status ChangeLog::append(std::span<const PendingEntry> batch) {
   if (batch.empty()) return {};
   std::unique_lock lock(mu_);
+  PGRELAY_TRY(append_locked(batch, lock));
+  lock.unlock();
+  notify_listeners();
+  return {};
+}
+
+Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor) {
+  if (batch.empty()) return floor;
+  std::unique_lock lock(mu_);
+  Lsn base = std::max(floor, last_end_lsn_ + 1);
+  for (auto& e : batch) {
+    e.meta.begin_lsn = base + e.meta.begin_lsn.value();
+    e.meta.commit_lsn = base + e.meta.commit_lsn.value();
+    e.meta.end_lsn = base + e.meta.end_lsn.value();
+  }
+  PGRELAY_TRY(append_locked(batch, lock));
+  lock.unlock();
+  notify_listeners();
+  return base;
+}
+
+Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
+                                std::unique_lock<std::mutex>& lock) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
   std::uint64_t estimate = 0;
@@ -561,8 +590,6 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
       PGRELAY_TRY(sync_until(mine.seq, mine.offset, lock));
       break;
   }
-  lock.unlock();
-  notify_listeners();
   return {};
 }
 

@@ -107,6 +107,11 @@ class ChangeLog {
   // increasing commit LSNs (checkpoints are exempt). Returns once durable under the policy.
   Status append(std::span<const PendingEntry> batch);
 
+  // Like append(), but the log chooses the LSNs: the entries' LSNs are offsets relative to the
+  // batch, and the log shifts them all by one base = max(`floor`, last end LSN + 1), so that
+  // concurrent appenders need not agree on positions and LSNs are never reused. Returns the base.
+  Result<Lsn> append_assigning(std::span<PendingEntry> batch, Lsn floor);
+
   // A cursor at the first entry whose commit LSN is >= `start` (Postgres's restart rule).
   // Errors if `start` lies in removed segments. The log must outlive its cursors.
   Result<std::unique_ptr<Cursor>> open_cursor(Lsn start);
@@ -144,6 +149,7 @@ class ChangeLog {
   Status scan_active_segment();
   Status roll_segment();
   Status write_manifest_locked();
+  Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock);
   Status write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset);
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
   Status sync_until(std::uint64_t seq, std::uint64_t offset, std::unique_lock<std::mutex>& lock);
