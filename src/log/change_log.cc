@@ -189,6 +189,8 @@ ChangeLog::~ChangeLog() {
     stopping_ = true;
   }
   sync_cv_.notify_all();
+  synced_cv_.notify_all();
+  visible_cv_.notify_all();
   if (sync_thread_.joinable()) sync_thread_.join();
   if (active_ && options_.sync != SyncPolicy::kNone && !failed_) {
     (void)sync_file(active_->file.get(), active_->path);
@@ -225,8 +227,8 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   } else {
     PGRELAY_TRY(log->create_fresh());
   }
-  if (log->options_.sync == SyncPolicy::kInterval) {
-    log->sync_thread_ = std::thread([raw = log.get()] { raw->interval_sync_loop(); });
+  if (log->options_.sync != SyncPolicy::kNone) {
+    log->sync_thread_ = std::thread([raw = log.get()] { raw->sync_loop(); });
   }
   return log;
 }
@@ -536,8 +538,19 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
   return {};
 }
 
+// Counts an appender in flight for group commit, from before it takes the mutex to its return.
+struct ChangeLog::AppenderGuard {
+  explicit AppenderGuard(ChangeLog* l) : log(l) { ++log->active_appenders_; }
+  ~AppenderGuard() {
+    --log->active_appenders_;
+    log->sync_cv_.notify_one();
+  }
+  ChangeLog* log;
+};
+
 Status ChangeLog::append(std::span<const PendingEntry> batch) {
   if (batch.empty()) return {};
+  AppenderGuard guard(this);
   std::unique_lock lock(mu_);
   PGRELAY_TRY(append_locked(batch, lock));
   lock.unlock();
@@ -547,6 +560,7 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
 
 Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor) {
   if (batch.empty()) return floor;
+  AppenderGuard guard(this);
   std::unique_lock lock(mu_);
   Lsn base = std::max(floor, last_end_lsn_ + 1);
   for (auto& e : batch) {
@@ -583,63 +597,84 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
     case SyncPolicy::kInterval:
       publish_locked(mine);
       if (written_.seq == synced_.seq && written_.offset - synced_.offset >= options_.sync_bytes) {
-        PGRELAY_TRY(sync_until(mine.seq, mine.offset, lock));
+        sync_requested_ = true;
+        sync_cv_.notify_one();
+        PGRELAY_TRY(wait_synced(mine, lock));
       }
       break;
     case SyncPolicy::kFsyncPerCommit:
-      PGRELAY_TRY(sync_until(mine.seq, mine.offset, lock));
+      sync_cv_.notify_one();
+      PGRELAY_TRY(wait_synced(mine, lock));
       break;
   }
   return {};
 }
 
-Status ChangeLog::sync_until(std::uint64_t seq, std::uint64_t offset,
-                             std::unique_lock<std::mutex>& lock) {
-  Position target{seq, offset};
-  while (synced_ < target) {
-    if (failed_) return *failed_;
-    if (sync_in_progress_) {
-      sync_cv_.wait(lock);
-      continue;
-    }
-    // Become the leader: one fdatasync covers every batch written so far.
-    sync_in_progress_ = true;
-    Position goal = written_;
-    int fd = ::dup(active_->file.get());
-    std::string path = active_->path;
-    lock.unlock();
-    Status st = fd >= 0 ? sync_file(fd, path) : io_error("duplicate descriptor of", path, errno);
-    if (fd >= 0) ::close(fd);
-    lock.lock();
-    sync_in_progress_ = false;
-    ++counters_.fsyncs;
-    if (!st.ok()) {
-      // After a failed fsync the kernel may have dropped dirty pages; what reached the disk is
-      // unknown, so the only safe continuation is recovery from the file on restart.
-      Error err = st.error();
-      err.hint = "Restart pgrelay to recover the log from its last durable state. " + err.hint;
-      failed_ = err;
-      sync_cv_.notify_all();
-      return *failed_;
-    }
-    if (synced_ < goal) {
-      synced_ = goal;
-      if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal);
-    }
-    sync_cv_.notify_all();
-  }
+Status ChangeLog::wait_synced(Position target, std::unique_lock<std::mutex>& lock) {
+  sync_waiters_.push_back(target);
+  sync_cv_.notify_one();
+  synced_cv_.wait(lock, [&] { return !(synced_ < target) || failed_.has_value() || stopping_; });
+  sync_waiters_.erase(std::find(sync_waiters_.begin(), sync_waiters_.end(), target));
+  if (failed_) return *failed_;
+  if (synced_ < target) return Error::make(sqlstate::kInternalError, "the log is shutting down");
   return {};
 }
 
-void ChangeLog::interval_sync_loop() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    sync_cv_.wait_for(lock, options_.sync_interval);
-    if (stopping_) break;
-    if (synced_ < written_ && !failed_ && !sync_in_progress_) {
-      (void)sync_until(written_.seq, written_.offset, lock);
-    }
+void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
+  sync_in_progress_ = true;
+  Position goal = written_;
+  int fd = ::dup(active_->file.get());
+  std::string path = active_->path;
+  lock.unlock();
+  auto started = std::chrono::steady_clock::now();
+  Status st = fd >= 0 ? sync_file(fd, path) : io_error("duplicate descriptor of", path, errno);
+  auto took = std::chrono::steady_clock::now() - started;
+  if (fd >= 0) ::close(fd);
+  lock.lock();
+  last_sync_duration_ = std::chrono::duration_cast<std::chrono::microseconds>(took);
+  sync_in_progress_ = false;
+  ++counters_.fsyncs;
+  if (!st.ok()) {
+    // After a failed fsync the kernel may have dropped dirty pages; what reached the disk is
+    // unknown, so the only safe continuation is recovery from the file on restart.
+    Error err = st.error();
+    err.hint = "Restart pgrelay to recover the log from its last durable state. " + err.hint;
+    failed_ = err;
+  } else if (synced_ < goal) {
+    synced_ = goal;
+    if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal);
   }
+  synced_cv_.notify_all();
+}
+
+// The sync thread. Under kFsyncPerCommit it syncs whenever anything is unsynced: while one
+// fdatasync runs, appenders keep writing, and the next fdatasync covers them all. Under
+// kInterval it syncs every sync_interval, or at once when an appender passed sync_bytes.
+void ChangeLog::sync_loop() {
+  std::unique_lock lock(mu_);
+  const bool per_commit = options_.sync == SyncPolicy::kFsyncPerCommit;
+  while (!stopping_) {
+    auto pending = [&] { return synced_ < written_ && !failed_; };
+    if (per_commit) {
+      sync_cv_.wait(lock, [&] { return stopping_ || pending(); });
+      // Let appenders already inside append() write first, so they share this fdatasync.
+      auto group_complete = [&] {
+        auto unsynced = std::count_if(sync_waiters_.begin(), sync_waiters_.end(),
+                                      [&](Position p) { return synced_ < p; });
+        return stopping_ || active_appenders_.load() <= unsynced;
+      };
+      if (!group_complete()) {
+        auto wait = std::min(options_.group_commit_wait, last_sync_duration_ / 2);
+        sync_cv_.wait_for(lock, wait, group_complete);
+      }
+    } else {
+      sync_cv_.wait_for(lock, options_.sync_interval, [&] { return stopping_ || sync_requested_; });
+      sync_requested_ = false;
+    }
+    if (stopping_) break;
+    if (pending()) sync_once_locked(lock);
+  }
+  synced_cv_.notify_all();
 }
 
 void ChangeLog::publish_locked(Position pos) {
@@ -716,6 +751,18 @@ LogStats ChangeLog::stats() const {
   }
   s.recovered_truncated_bytes = recovered_truncated_bytes_;
   return s;
+}
+
+std::vector<SegmentInfo> ChangeLog::segments() const {
+  std::lock_guard lock(mu_);
+  std::vector<SegmentInfo> list = manifest_.segments;
+  list.back() = active_->info;
+  return list;
+}
+
+Lsn ChangeLog::removed_through() const {
+  std::lock_guard lock(mu_);
+  return manifest_.removed_through;
 }
 
 std::vector<IndexPoint> ChangeLog::load_index(std::uint64_t seq) const {

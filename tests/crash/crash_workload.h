@@ -13,10 +13,15 @@ namespace pgrelay::log::crash {
 inline std::string payload(std::uint64_t n) {
   std::uint64_t h = n * 0x9E3779B97F4A7C15ull;
   h ^= h >> 29;
-  std::size_t size = (h % 16 == 0) ? 200000 + h % 600000 : 16 + h % 2000;
-  std::string s = "txn-" + std::to_string(n) + ":";
-  s.reserve(size);
-  while (s.size() < size) s += static_cast<char>('a' + (s.size() * 7 + n) % 26);
+  std::size_t size = (h % 16 == 0) ? 100000 + h % 400000 : 16 + h % 2000;
+  // A 64-byte block that depends on n, repeated: cheap to build even in a debug build, and
+  // any misplaced or torn piece of another transaction's data would not match it.
+  std::string block = "txn-" + std::to_string(n) + ":";
+  while (block.size() < 64) block += static_cast<char>('a' + (block.size() * 7 + n) % 26);
+  std::string s;
+  s.reserve(size + 64);
+  while (s.size() < size) s += block;
+  s.resize(size);
   return s;
 }
 

@@ -107,7 +107,7 @@ std::uint64_t verify(const std::string& dir, std::uint64_t last_ack) {
 void crash_trials(const char* policy, int trials, unsigned seed) {
   testing::TempDir dir;
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> delay_us(2000, 60000);
+  std::uniform_int_distribution<int> delay_us(5000, 100000);
   std::uint64_t present = 0;
   int progressed = 0;
   for (int trial = 0; trial < trials; ++trial) {

@@ -1,0 +1,456 @@
+// Tests reader-side views: table and operation filters, empty transactions, delta updates.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "log/change_log.h"
+#include "log/change_view.h"
+#include "log/transaction.h"
+#include "log_test_util.h"
+
+namespace pgrelay::log {
+namespace {
+
+using pgoutput::Column;
+using pgoutput::OldKind;
+using pgoutput::OldTuple;
+using pgoutput::Relation;
+using pgoutput::Tuple;
+using pgoutput::TupleValue;
+
+constexpr pgoutput::Oid kUsers = 16384;
+constexpr pgoutput::Oid kOrders = 16390;
+constexpr pgoutput::Oid kSettings = 1259;
+constexpr pgoutput::Oid kMoodType = 16400;
+
+Relation users() {
+  Relation r;
+  r.oid = kUsers;
+  r.namespace_name = "public";
+  r.name = "users";
+  r.columns = {Column{pgoutput::kColumnIsKey, "id", 23, -1}, Column{0, "name", 25, -1},
+               Column{0, "bio", 25, -1}, Column{0, "mood", kMoodType, -1}};
+  return r;
+}
+
+Relation orders() {
+  Relation r;
+  r.oid = kOrders;
+  r.namespace_name = "Shop";
+  r.name = "Order.s";
+  r.replica_identity = pgoutput::kReplicaIdentityFull;
+  // pgoutput flags every column of a REPLICA IDENTITY FULL table as key.
+  r.columns = {Column{pgoutput::kColumnIsKey, "id", 20, -1},
+               Column{pgoutput::kColumnIsKey, "note", 25, -1},
+               Column{pgoutput::kColumnIsKey, "total", 1700, -1}};
+  return r;
+}
+
+Relation settings() {
+  Relation r;
+  r.oid = kSettings;
+  r.namespace_name = "";  // pgoutput's spelling of pg_catalog
+  r.name = "settings";
+  r.columns = {Column{pgoutput::kColumnIsKey, "k", 25, -1}};
+  return r;
+}
+
+Tuple row(std::vector<TupleValue> v) {
+  return Tuple{std::move(v)};
+}
+TupleValue t(std::string s) {
+  return TupleValue::text(std::move(s));
+}
+TupleValue null() {
+  return TupleValue::null();
+}
+
+pgoutput::Insert user_insert(const std::string& id) {
+  return {std::nullopt, kUsers, row({t(id), t("n" + id), null(), t("ok")})};
+}
+pgoutput::Insert order_insert(const std::string& id) {
+  return {std::nullopt, kOrders, row({t(id), t("x"), t("1.00")})};
+}
+pgoutput::Update user_update(const std::string& id) {
+  return {std::nullopt, kUsers, std::nullopt, row({t(id), t("renamed"), null(), t("ok")})};
+}
+pgoutput::Delete user_delete(const std::string& id) {
+  return {std::nullopt, kUsers, OldTuple{OldKind::kKey, row({t(id), null(), null(), null()})}};
+}
+
+TransactionHeader header(std::uint32_t xid) {
+  TransactionHeader h;
+  h.begin_lsn = Lsn(xid * 1000ull);
+  h.commit_lsn = Lsn(xid * 1000ull + 500);
+  h.end_lsn = Lsn(xid * 1000ull + 501);
+  h.xid = xid;
+  return h;
+}
+
+// A stored-form transaction: `changes` get LSNs 1, 2, 3...
+Transaction txn(std::vector<ChangeMessage> changes, std::uint32_t xid = 7) {
+  Transaction out;
+  out.header = header(xid);
+  std::uint64_t lsn = 0;
+  for (auto& m : changes) out.changes.push_back(Change{Lsn(++lsn), std::move(m)});
+  return out;
+}
+
+pgoutput::Type mood() {
+  return pgoutput::Type{std::nullopt, kMoodType, "public", "mood"};
+}
+
+// Everything: users (with its type), orders, a truncate of both, a message.
+Transaction mixed() {
+  return txn({mood(), users(), user_insert("1"), orders(), order_insert("9"), user_update("1"),
+              user_delete("1"), pgoutput::Truncate{std::nullopt, true, false, {kUsers, kOrders}},
+              pgoutput::LogicalMessage{std::nullopt, true, Lsn(10), "app", "m"}});
+}
+
+std::optional<Transaction> view_of(const ViewOptions& o, const Transaction& in) {
+  auto r = apply_view(o, in);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
+  return r.ok() ? *r : std::nullopt;
+}
+
+std::vector<std::string> kinds(const Transaction& tx) {
+  std::vector<std::string> out;
+  for (const Change& c : tx.changes) {
+    out.push_back(pgoutput::tag_name(static_cast<char>(pgoutput::tag_of(to_message(c.message)))));
+  }
+  return out;
+}
+
+using Kinds = std::vector<std::string>;
+
+TEST(TableFilter, ParsesNamesAsPostgres) {
+  TableFilter f;
+  ASSERT_TRUE(f.add_name("Public.USERS").ok());
+  EXPECT_TRUE(f.matches(users()));
+  EXPECT_FALSE(f.matches(orders()));
+  ASSERT_TRUE(f.add_name("\"Shop\".\"Order.s\"").ok());
+  EXPECT_TRUE(f.matches(orders()));
+
+  TableFilter unqualified;
+  ASSERT_TRUE(unqualified.add_name("users").ok());
+  EXPECT_TRUE(unqualified.matches(users()));
+  TableFilter quoted_quote;
+  ASSERT_TRUE(quoted_quote.add_name("public.\"a\"\"b\"").ok());
+  Relation odd = users();
+  odd.name = "a\"b";
+  EXPECT_TRUE(quoted_quote.matches(odd));
+  TableFilter catalog;
+  ASSERT_TRUE(catalog.add_name("pg_catalog.settings").ok());
+  EXPECT_TRUE(catalog.matches(settings()));
+  // Unquoted upper case folds, so this is not the "Shop" schema.
+  TableFilter folded;
+  ASSERT_TRUE(folded.add_name("Shop.\"Order.s\"").ok());
+  EXPECT_FALSE(folded.matches(orders()));
+
+  for (const char* bad : {"a.b.c", "\"open", ".x", "x.", "", "\"\".x", "\"a\"b", "a\"b\""}) {
+    TableFilter g;
+    Status st = g.add_name(bad);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.error().sqlstate, sqlstate::kInvalidName);
+  }
+}
+
+TEST(ChangeView, NoOptionsPassEverything) {
+  Transaction in = mixed();
+  auto out = view_of(ViewOptions{}, in);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(*out, in);
+}
+
+TEST(ChangeView, FiltersByTableName) {
+  ViewOptions o;
+  o.tables.emplace();
+  o.tables->add_table("public", "users");
+  auto out = view_of(o, mixed());
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out),
+            (Kinds{"TYPE", "RELATION", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE"}));
+  const auto& trunc = std::get<pgoutput::Truncate>(out->changes[5].message);
+  EXPECT_EQ(trunc.relation_oids, std::vector<pgoutput::Oid>{kUsers});
+  EXPECT_TRUE(trunc.cascade);
+  EXPECT_FALSE(trunc.restart_identity);
+  EXPECT_EQ(out->changes[5].lsn, Lsn(8));
+}
+
+TEST(ChangeView, FiltersByOidAndDropsTheTypesOfFilteredTables) {
+  ViewOptions o;
+  o.tables.emplace();
+  o.tables->add_oid(kOrders);
+  auto out = view_of(o, mixed());
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "INSERT", "TRUNCATE", "MESSAGE"}));
+  EXPECT_EQ(out->changes[0], (Change{Lsn(4), orders()}));
+  EXPECT_EQ(std::get<pgoutput::Truncate>(out->changes[2].message).relation_oids,
+            std::vector<pgoutput::Oid>{kOrders});
+}
+
+TEST(ChangeView, TruncateOfNoAllowedTableIsDropped) {
+  ViewOptions o;
+  o.tables.emplace();
+  o.tables->add_table("pg_catalog", "settings");
+  Transaction in = txn({settings(), users(), orders(),
+                        pgoutput::Truncate{std::nullopt, false, true, {kUsers, kOrders}},
+                        pgoutput::Insert{std::nullopt, kSettings, row({t("k")})}});
+  auto out = view_of(o, in);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "INSERT"}));
+}
+
+TEST(ChangeView, RelationIsSentOnlyBeforeTheFirstChangeThatIsSent) {
+  ViewOptions o;
+  o.operations = kOpInsert | kOpDelete;
+  Transaction in = txn({mood(), users(), user_update("1"), orders(), order_insert("2"),
+                        user_insert("3"), user_update("3"), user_delete("3")});
+  auto out = view_of(o, in);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "INSERT", "TYPE", "RELATION", "INSERT", "DELETE"}));
+  // The schema records keep their own LSNs.
+  EXPECT_EQ(out->changes[2].lsn, Lsn(1));
+  EXPECT_EQ(out->changes[3].lsn, Lsn(2));
+  EXPECT_EQ(out->changes[4].lsn, Lsn(6));
+}
+
+TEST(ChangeView, TableWithOnlyFilteredOperationsSendsNoRelation) {
+  ViewOptions o;
+  o.operations = kOpInsert;
+  auto out = view_of(o, txn({users(), user_update("1"), orders(), order_insert("1")}));
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "INSERT"}));
+  EXPECT_EQ(std::get<Relation>(out->changes[0].message).oid, kOrders);
+}
+
+TEST(ChangeView, EachOperationCanBeFilteredOut) {
+  const std::vector<std::pair<OperationSet, std::string>> ops = {{kOpInsert, "INSERT"},
+                                                                 {kOpUpdate, "UPDATE"},
+                                                                 {kOpDelete, "DELETE"},
+                                                                 {kOpTruncate, "TRUNCATE"},
+                                                                 {kOpMessage, "MESSAGE"}};
+  for (const auto& [op, name] : ops) {
+    ViewOptions o;
+    o.operations = kAllOperations & ~op;
+    auto out = view_of(o, mixed());
+    ASSERT_TRUE(out);
+    Kinds k = kinds(*out);
+    EXPECT_EQ(std::count(k.begin(), k.end(), name), 0) << name;
+    // Nine records; the inserts are two changes, every other operation one.
+    EXPECT_EQ(k.size(), op == kOpInsert ? 7u : 8u) << name;
+  }
+}
+
+TEST(ChangeView, RelationResentWithinTransactionIsSentAgain) {
+  Relation altered = users();
+  altered.columns.push_back(Column{0, "email", 25, -1});
+  ViewOptions o;
+  o.operations = kOpInsert;
+  Transaction in =
+      txn({users(), user_insert("1"), altered,
+           pgoutput::Update{std::nullopt, kUsers, std::nullopt,
+                            row({t("1"), t("b"), null(), null(), t("e")})},
+           pgoutput::Insert{std::nullopt, kUsers, row({t("2"), t("b"), null(), null(), t("e")})}});
+  auto out = view_of(o, in);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "INSERT", "RELATION", "INSERT"}));
+  EXPECT_EQ(out->changes[2], (Change{Lsn(3), altered}));
+}
+
+TEST(ChangeView, EmptyTransactionsAreSkippedByDefault) {
+  ViewOptions o;
+  EXPECT_EQ(o.empty_transactions, EmptyTransactions::kSkip);  // PostgreSQL 15 behaviour
+  o.tables.emplace();
+  o.tables->add_oid(99);
+  Transaction in = txn({users(), user_insert("1"), orders(), order_insert("1")});
+  auto skipped = apply_view(o, in);
+  ASSERT_TRUE(skipped.ok());
+  EXPECT_FALSE(*skipped);
+
+  o.empty_transactions = EmptyTransactions::kKeep;
+  auto kept = view_of(o, in);
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(kept->changes.empty());
+  EXPECT_EQ(kept->header, in.header);
+
+  // A transaction that was empty to begin with follows the same rule.
+  Transaction none = txn({});
+  EXPECT_TRUE(view_of(o, none));
+  auto dropped = apply_view(ViewOptions{}, none);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_FALSE(*dropped);
+}
+
+TEST(ChangeView, MessageEntriesFollowTheMessageOperation) {
+  Transaction m;
+  m.kind = EntryKind::kMessage;
+  m.header = header(3);
+  m.changes = {
+      Change{Lsn(3500), pgoutput::LogicalMessage{std::nullopt, false, Lsn(3500), "p", "c"}}};
+  ViewOptions o;
+  o.tables.emplace();  // table filters do not apply to messages
+  auto sent = view_of(o, m);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(*sent, m);
+  o.operations = kOpInsert;
+  o.empty_transactions = EmptyTransactions::kKeep;  // no Begin/Commit to keep for a message
+  auto dropped = apply_view(o, m);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_FALSE(*dropped);
+}
+
+TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
+  ViewOptions o;
+  for (ChangeMessage m :
+       {ChangeMessage(user_insert("1")),
+        ChangeMessage(pgoutput::Truncate{std::nullopt, false, false, {kUsers}})}) {
+    auto r = apply_view(o, txn({orders(), m}));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().sqlstate, sqlstate::kDataCorrupted);
+    EXPECT_NE(r.error().message.find("16384"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("0/2"), std::string::npos) << r.error().message;
+  }
+}
+
+// --- delta updates ---
+
+// users as data with a full old row would come: key flagged on id only.
+pgoutput::Update full_user_update() {
+  return {std::nullopt, kUsers,
+          OldTuple{OldKind::kFull,
+                   row({t("1"), t("ann"), TupleValue::binary(std::string("\0a", 2)), null()})},
+          row({t("1"), t("anne"), TupleValue::binary(std::string("\0a", 2)), null()})};
+}
+
+TEST(DeltaUpdate, KeepsChangedColumnsAndTheKey) {
+  std::vector<bool> key = key_columns(users(), {});
+  EXPECT_EQ(key, (std::vector<bool>{true, false, false, false}));
+  pgoutput::Update d = delta_update(key, full_user_update());
+  ASSERT_TRUE(d.old);
+  EXPECT_EQ(d.old->kind, OldKind::kKey);
+  EXPECT_EQ(d.old->tuple, row({t("1"), null(), null(), null()}));
+  EXPECT_EQ(d.new_tuple,
+            row({t("1"), t("anne"), TupleValue::unchanged(), TupleValue::unchanged()}));
+  EXPECT_EQ(d.relation_oid, kUsers);
+}
+
+TEST(DeltaUpdate, KeyColumnsStayEvenWhenUnchangedAndChangedKeysShow) {
+  std::vector<bool> key = key_columns(users(), {});
+  pgoutput::Update u = full_user_update();
+  u.new_tuple.columns[0] = t("2");                   // the key changed
+  u.new_tuple.columns[2] = TupleValue::unchanged();  // TOASTed and untouched
+  u.old->tuple.columns[3] = t("sad");
+  u.new_tuple.columns[3] = null();  // set to null: a change
+  pgoutput::Update d = delta_update(key, u);
+  EXPECT_EQ(d.old->tuple, row({t("1"), null(), null(), null()}));
+  EXPECT_EQ(d.new_tuple, row({t("2"), t("anne"), TupleValue::unchanged(), null()}));
+}
+
+TEST(DeltaUpdate, PassesUpdatesItCannotCompare) {
+  std::vector<bool> key = key_columns(users(), {});
+  // No old tuple, or only the key: without old values nothing can be compared.
+  pgoutput::Update none = user_update("1");
+  EXPECT_EQ(delta_update(key, none), none);
+  pgoutput::Update key_only = full_user_update();
+  key_only.old->kind = OldKind::kKey;
+  EXPECT_EQ(delta_update(key, key_only), key_only);
+  // Every column is key (REPLICA IDENTITY FULL as pgoutput flags it), or none is.
+  pgoutput::Update u = full_user_update();
+  EXPECT_EQ(delta_update(std::vector<bool>(4, true), u), u);
+  EXPECT_EQ(delta_update(std::vector<bool>(4, false), u), u);
+  // Tuples that do not fit the relation.
+  EXPECT_EQ(delta_update(std::vector<bool>{true, false}, u), u);
+}
+
+TEST(DeltaUpdate, ViewAppliesItOnlyWhenAsked) {
+  Transaction in = txn({users(), full_user_update(), user_insert("5")});
+  auto plain = view_of(ViewOptions{}, in);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(*plain, in);
+  ViewOptions o;
+  o.delta_updates = true;
+  auto delta = view_of(o, in);
+  ASSERT_TRUE(delta);
+  ASSERT_EQ(delta->changes.size(), 3u);
+  EXPECT_EQ(std::get<pgoutput::Update>(delta->changes[1].message),
+            delta_update(key_columns(users(), {}), full_user_update()));
+  EXPECT_EQ(delta->changes[2], in.changes[2]);
+}
+
+TEST(DeltaUpdate, KeyHookGivesFullIdentityTablesAKey) {
+  pgoutput::Update u{std::nullopt, kOrders,
+                     OldTuple{OldKind::kFull, row({t("9"), t("x"), t("1.00")})},
+                     row({t("9"), t("x"), t("2.00")})};
+  Transaction in = txn({orders(), u});
+  ViewOptions o;
+  o.delta_updates = true;
+  auto without = view_of(o, in);
+  ASSERT_TRUE(without);
+  EXPECT_EQ(*without, in);  // every column is flagged key: nothing to reduce
+  o.delta_keys = [](const Relation& rel) {
+    return rel.oid == kOrders ? std::vector<std::string>{"id"} : std::vector<std::string>{};
+  };
+  auto with = view_of(o, in);
+  ASSERT_TRUE(with);
+  const auto& d = std::get<pgoutput::Update>(with->changes[1].message);
+  EXPECT_EQ(d.old->kind, OldKind::kKey);
+  EXPECT_EQ(d.old->tuple, row({t("9"), null(), null()}));
+  EXPECT_EQ(d.new_tuple, row({t("9"), TupleValue::unchanged(), t("2.00")}));
+  // The Relation goes out as stored.
+  EXPECT_EQ(with->changes[0], in.changes[0]);
+}
+
+// --- through the log ---
+
+TEST(ViewReader, ReadsFilteredEntriesFromACursor) {
+  testing::TempDir tmp;
+  LogOptions lo;
+  lo.dir = tmp.path();
+  lo.sync = SyncPolicy::kNone;
+  auto log = ChangeLog::open(lo);
+  ASSERT_TRUE(log.ok()) << log.error().to_string();
+  std::vector<Transaction> txns = {txn({users(), user_insert("1"), orders(), order_insert("2")}, 1),
+                                   txn({orders(), order_insert("3")}, 2),
+                                   txn({users(), user_delete("1")}, 3)};
+  for (const Transaction& tx : txns) {
+    auto e = encode_transaction(tx);
+    ASSERT_TRUE(e.ok()) << e.error().to_string();
+    PendingEntry p = e->pending();
+    ASSERT_TRUE((*log)->append(std::span<const PendingEntry>(&p, 1)).ok());
+  }
+  ViewOptions o;
+  o.tables.emplace();
+  o.tables->add_table("public", "users");
+  ChangeView view(o);
+  auto cursor = (*log)->open_cursor(Lsn(0));
+  ASSERT_TRUE(cursor.ok());
+  std::vector<std::pair<std::uint32_t, Kinds>> sent;
+  std::vector<std::uint32_t> skipped;
+  while (true) {
+    auto meta = (*cursor)->next_entry();
+    ASSERT_TRUE(meta.ok());
+    if (!*meta) break;
+    ViewReader reader(view, **cursor, **meta);
+    Transaction got;
+    while (true) {
+      auto c = reader.next();
+      ASSERT_TRUE(c.ok()) << c.error().to_string();
+      if (!*c) break;
+      got.changes.push_back(std::move(**c));
+    }
+    if (reader.send_entry()) {
+      sent.emplace_back((*meta)->xid, kinds(got));
+    } else {
+      EXPECT_TRUE(got.changes.empty());
+      skipped.push_back((*meta)->xid);
+    }
+  }
+  EXPECT_EQ(sent, (std::vector<std::pair<std::uint32_t, Kinds>>{{1, {"RELATION", "INSERT"}},
+                                                                {3, {"RELATION", "DELETE"}}}));
+  EXPECT_EQ(skipped, std::vector<std::uint32_t>{2});
+}
+
+}  // namespace
+}  // namespace pgrelay::log
