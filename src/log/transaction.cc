@@ -60,7 +60,12 @@ std::size_t encoded_change_size(const pgoutput::Message& message) {
   return kChangeHeaderSize + pgoutput::encoded_size(message);
 }
 
-Status encode_change(Lsn lsn, const pgoutput::Message& message, ByteWriter& out) {
+Status encode_change(Lsn begin_lsn, Lsn lsn, const pgoutput::Message& message, ByteWriter& out) {
+  if (lsn < begin_lsn) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "change LSN " + lsn.to_string() + " precedes its transaction's begin LSN " +
+                           begin_lsn.to_string());
+  }
   const std::size_t size = pgoutput::encoded_size(message);
   if (size > kMaxChangeMessageSize) {
     return Error::make(
@@ -70,7 +75,7 @@ Status encode_change(Lsn lsn, const pgoutput::Message& message, ByteWriter& out)
         {}, "A pgoutput message is at most " + std::to_string(kMaxChangeMessageSize) + " bytes.");
   }
   out.u32(static_cast<std::uint32_t>(size));
-  out.u64(lsn.value());
+  out.u64(lsn - begin_lsn);
   pgoutput::encode(message, out);
   return {};
 }
@@ -90,7 +95,7 @@ Result<EncodedEntry> encode_transaction(const Transaction& txn) {
   }
   ByteWriter out;
   for (const Change& c : txn.changes) {
-    PGRELAY_TRY(encode_change(c.lsn, to_message(c.message), out));
+    PGRELAY_TRY(encode_change(txn.header.begin_lsn, c.lsn, to_message(c.message), out));
   }
   EncodedEntry entry{
       entry_meta(txn.kind, txn.header, static_cast<std::uint32_t>(txn.changes.size())),
@@ -154,7 +159,7 @@ void ChangeReader::feed(ByteView piece) {
 
 Result<std::uint32_t> ChangeReader::record_length(ByteView header) {
   std::uint32_t len = load_u32(header.data());
-  Lsn lsn(load_u64(header.data() + 4));
+  Lsn lsn = meta_.begin_lsn + load_u64(header.data() + 4);
   if (len == 0) return fail(corrupt("change of length 0", lsn));
   if (len > kMaxChangeMessageSize) {
     return fail(corrupt("change length " + std::to_string(len) + " exceeds the maximum of " +
@@ -202,7 +207,7 @@ Result<std::optional<Change>> ChangeReader::next() {
 }
 
 Result<std::optional<Change>> ChangeReader::decode_record(ByteView record) {
-  const Lsn lsn(load_u64(record.data() + 4));
+  const Lsn lsn = meta_.begin_lsn + load_u64(record.data() + 4);
   if (meta_.kind != EntryKind::kTransaction && meta_.kind != EntryKind::kMessage) {
     return fail(corrupt("entry is neither a transaction nor a logical message", lsn));
   }

@@ -2,8 +2,10 @@
 //
 // An entry's data is a sequence of change records:
 //
-//   change := length:u32 | lsn:u64 | message[length]
+//   change := length:u32 | lsn_offset:u64 | message[length]
 //
+// lsn_offset is the change's LSN minus the entry's begin LSN. Storing offsets keeps the data
+// valid when ChangeLog::append_assigning moves a whole entry to the LSNs the log chooses.
 // `message` is the pgoutput message exactly as Postgres's pgoutput plugin writes it outside a
 // streamed block (no xid field), so a sender can put it on the wire as it is; `length` counts
 // the message bytes only. EntryMeta::change_count is the number of records, Relation and Type
@@ -69,8 +71,9 @@ inline constexpr std::size_t kChangeHeaderSize = 12;
 // pgoutput builds each message in one StringInfo, which Postgres caps below 1 GiB.
 inline constexpr std::size_t kMaxChangeMessageSize = (1u << 30) - 1;
 
-// Appends one change record. Fails (54000) for a message over kMaxChangeMessageSize.
-Status encode_change(Lsn lsn, const pgoutput::Message& message, ByteWriter& out);
+// Appends one change record for a change at `lsn` of an entry beginning at `begin_lsn`.
+// Fails (54000) for a message over kMaxChangeMessageSize, (22023) for lsn < begin_lsn.
+Status encode_change(Lsn begin_lsn, Lsn lsn, const pgoutput::Message& message, ByteWriter& out);
 // The bytes encode_change appends.
 std::size_t encoded_change_size(const pgoutput::Message& message);
 // The pgoutput message a change is stored as: the same, without a streamed xid.

@@ -185,7 +185,7 @@ Status TransactionBuilder::append(Lsn lsn, const pgoutput::Message& message) {
         "transaction " + std::to_string(header_.xid) + " has too many changes to store"));
   }
   const std::size_t before = out_.size();
-  PGRELAY_TRY(encode_change(lsn, message, out_));
+  PGRELAY_TRY(encode_change(header_.begin_lsn, lsn, message, out_));
   size_ += out_.size() - before;
   ++count_;
   if (spilled()) {
@@ -263,7 +263,7 @@ Result<BuiltEntry> build_message_entry(const TransactionHeader& header, Lsn lsn,
   }
   message.xid.reset();
   ByteWriter out;
-  PGRELAY_TRY(encode_change(lsn, pgoutput::Message(std::move(message)), out));
+  PGRELAY_TRY(encode_change(header.begin_lsn, lsn, pgoutput::Message(std::move(message)), out));
   BuiltEntry entry;
   entry.meta = entry_meta(EntryKind::kMessage, header, 1);
   entry.data = std::move(out).take();

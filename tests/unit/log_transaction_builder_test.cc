@@ -62,7 +62,7 @@ SchemaCatalog catalog() {
 
 TransactionHeader header(std::uint32_t xid) {
   TransactionHeader h;
-  h.begin_lsn = Lsn(xid * 0x100000ull);
+  h.begin_lsn = Lsn(1);  // at or below every change LSN the tests use
   h.commit_lsn = Lsn(xid * 0x100000ull + 0x80000);
   h.end_lsn = Lsn(xid * 0x100000ull + 0x80010);
   h.commit_time = 700000000000000 + xid;

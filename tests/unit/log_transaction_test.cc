@@ -128,7 +128,7 @@ Result<std::vector<Change>> decode_pieces(const EntryMeta& meta, ByteView data,
 
 // Raw record bytes, bypassing encode_transaction's checks.
 void raw_change(ByteWriter& out, std::uint64_t lsn, const pgoutput::Message& m) {
-  ASSERT_TRUE(encode_change(Lsn(lsn), m, out).ok());
+  ASSERT_TRUE(encode_change(Lsn(0), Lsn(lsn), m, out).ok());  // `lsn` is the offset from begin
 }
 
 EntryMeta meta_for(std::uint32_t count, EntryKind kind = EntryKind::kTransaction) {
@@ -170,7 +170,7 @@ TEST(TransactionCodec, StoredFormIsExactPgoutput) {
   for (const Change& c : t.changes) {
     Bytes wire = pgoutput::encode(to_message(c.message));
     EXPECT_EQ(r.u32(), wire.size());
-    EXPECT_EQ(r.u64(), c.lsn.value());
+    EXPECT_EQ(r.u64(), c.lsn - t.header.begin_lsn);  // stored as an offset from begin
     ByteView body = r.bytes(wire.size());
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(Bytes(body.begin(), body.end()), wire) << pgoutput::describe(to_message(c.message));
@@ -183,7 +183,7 @@ TEST(TransactionCodec, StreamedXidIsNotStored) {
   t.header = header();
   Relation rel = users();
   rel.xid = 99;
-  t.changes.push_back(Change{Lsn(1), rel});
+  t.changes.push_back(Change{t.header.begin_lsn + 1, rel});
   auto e = encode_transaction(t);
   ASSERT_TRUE(e.ok());
   rel.xid.reset();
@@ -324,7 +324,7 @@ TEST(ChangeReader, UnknownRelationIsCorruption) {
   ByteWriter out;
   raw_change(out, 0x1234, pgoutput::Message(pgoutput::Insert{std::nullopt, kUsers, row({})}));
   Status st = decode_status(meta_for(1), out.bytes());
-  expect_corrupt(st, "0/1234");
+  expect_corrupt(st, "0/2234");  // begin 0/1000 + offset 0x1234
   EXPECT_NE(st.error().message.find("16384"), std::string::npos);
 }
 
@@ -339,7 +339,7 @@ TEST(ChangeReader, RelationFromAnotherEntryDoesNotCount) {
                  std::nullopt, kUsers,
                  OldTuple{OldKind::kKey, row({TupleValue::text("1"), TupleValue::null(),
                                               TupleValue::null(), TupleValue::null()})}}));
-  expect_corrupt(decode_status(meta_for(1), second.bytes()), "0/2");
+  expect_corrupt(decode_status(meta_for(1), second.bytes()), "0/1002");
 }
 
 TEST(ChangeReader, ColumnCountMismatchIsCorruption) {
@@ -349,7 +349,7 @@ TEST(ChangeReader, ColumnCountMismatchIsCorruption) {
       out, 0xBEEF,
       pgoutput::Message(pgoutput::Insert{std::nullopt, kUsers, row({TupleValue::text("1")})}));
   Status st = decode_status(meta_for(2), out.bytes());
-  expect_corrupt(st, "0/BEEF");
+  expect_corrupt(st, "0/CEEF");
   EXPECT_NE(st.error().message.find("1 columns"), std::string::npos) << st.error().message;
 }
 
@@ -387,7 +387,7 @@ TEST(ChangeReader, ImpossibleLengthsAreCorruption) {
   auto c = reader.next();
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().sqlstate, sqlstate::kDataCorrupted);
-  EXPECT_NE(c.error().message.find("0/78"), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("0/1078"), std::string::npos) << c.error().message;
   EXPECT_LT(reader.peak_buffer_size(), 1024u);
 }
 
@@ -404,7 +404,7 @@ TEST(ChangeReader, UnknownTagIsCorruption) {
   out.u32(3);
   out.u64(0x99);
   out.raw(std::string_view("Zab"));
-  expect_corrupt(decode_status(meta_for(1), out.bytes()), "0/99");
+  expect_corrupt(decode_status(meta_for(1), out.bytes()), "0/1099");
 }
 
 TEST(ChangeReader, TransactionControlMessagesAreNotChanges) {
@@ -413,7 +413,7 @@ TEST(ChangeReader, TransactionControlMessagesAreNotChanges) {
   expect_corrupt(decode_status(meta_for(1), out.bytes()), "unexpected BEGIN");
   ByteWriter streamed;
   raw_change(streamed, 0x43, pgoutput::Message(pgoutput::StreamStart{5, true}));
-  expect_corrupt(decode_status(meta_for(1), streamed.bytes()), "0/43");
+  expect_corrupt(decode_status(meta_for(1), streamed.bytes()), "0/1043");
 }
 
 TEST(ChangeReader, MessageKindsMustFitTheEntry) {
