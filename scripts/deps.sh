@@ -4,7 +4,7 @@
 # Packages to build and run pgrelay.
 PGRELAY_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libssl-dev libpq-dev libcli11-dev libidn-dev libicu-dev
+  libssl-dev libpq-dev libcli11-dev libidn-dev libicu-dev nlohmann-json3-dev
 )
 # Additional packages to build and run every test, fuzzer and benchmark.
 PGRELAY_TEST_PACKAGES=(

@@ -212,6 +212,15 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
                        "Use at least 4096 bytes; the default is 64 MiB.");
   }
   std::unique_ptr<ChangeLog> log(new ChangeLog(std::move(options)));
+  if (log->options_.read_only) {
+    if (!path_exists(log->options_.dir + "/" + kManifestName)) {
+      return Error::make(sqlstate::kUndefinedObject,
+                         "there is no pgrelay change log in \"" + log->options_.dir + "\"",
+                         "Check the --data-dir option: it names the directory pgrelay serve uses.");
+    }
+    PGRELAY_TRY(log->recover());
+    return log;
+  }
   PGRELAY_TRY(ensure_directory(log->options_.dir));
   std::string lock_path = log->options_.dir + "/" + kLockName;
   auto lock_file = open_file(lock_path, O_RDWR | O_CREAT, 0600);
@@ -285,6 +294,7 @@ Status ChangeLog::recover() {
   // Files outside the manifest's range are leftovers of a roll or removal cut short by a crash.
   std::uint64_t first_seq = manifest_.segments.front().seq;
   for (std::uint64_t seq : list_segment_files(options_.dir)) {
+    if (options_.read_only) break;
     if (seq >= manifest_.next_seq || seq < first_seq) {
       ::unlink(segment_path(seq).c_str());
       ::unlink((options_.dir + "/" + index_file_name(seq)).c_str());
@@ -306,7 +316,7 @@ Status ChangeLog::scan_active_segment() {
   active_ = std::make_unique<ActiveSegment>();
   active_->seq = manifest_.segments.back().seq;
   active_->path = segment_path(active_->seq);
-  auto file = open_file(active_->path, O_RDWR);
+  auto file = open_file(active_->path, options_.read_only ? O_RDONLY : O_RDWR);
   if (!file.ok()) return file.error();
   active_->file = std::move(*file);
   auto size = file_size(active_->file.get(), active_->path);
@@ -326,9 +336,12 @@ Status ChangeLog::scan_active_segment() {
                            options_.read_buffer);
   if (!scan.ok()) return scan.error();
   if (scan->valid_end < *size) {
+    recovered_truncated_bytes_ = *size - scan->valid_end;
+    torn_tail_reason_ = scan->stop_reason;
+  }
+  if (scan->valid_end < *size && !options_.read_only) {
     // A torn tail: the batch being written when the process died. Nothing in it was
     // acknowledged, because acknowledgement follows the write of the whole batch.
-    recovered_truncated_bytes_ = *size - scan->valid_end;
     if (::ftruncate(active_->file.get(), static_cast<off_t>(scan->valid_end)) != 0) {
       return io_error("truncate torn tail of", active_->path, errno);
     }
@@ -538,6 +551,11 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
   return {};
 }
 
+Error ChangeLog::read_only_error() const {
+  return Error::make(sqlstate::kFeatureNotSupported,
+                     "the change log in \"" + options_.dir + "\" was opened read-only");
+}
+
 // Counts an appender in flight for group commit, from before it takes the mutex to its return.
 struct ChangeLog::AppenderGuard {
   explicit AppenderGuard(ChangeLog* l) : log(l) { ++log->active_appenders_; }
@@ -550,6 +568,7 @@ struct ChangeLog::AppenderGuard {
 
 Status ChangeLog::append(std::span<const PendingEntry> batch) {
   if (batch.empty()) return {};
+  if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
   std::unique_lock lock(mu_);
   PGRELAY_TRY(append_locked(batch, lock));
@@ -560,6 +579,7 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
 
 Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor) {
   if (batch.empty()) return floor;
+  if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
   std::unique_lock lock(mu_);
   Lsn base = std::max(floor, last_end_lsn_ + 1);
@@ -750,6 +770,9 @@ LogStats ChangeLog::stats() const {
     s.newest_time = it->last_time;
   }
   s.recovered_truncated_bytes = recovered_truncated_bytes_;
+  s.torn_tail_file = recovered_truncated_bytes_ > 0 ? active_->path : "";
+  s.torn_tail_offset = recovered_truncated_bytes_ > 0 ? active_->size : 0;
+  s.torn_tail_reason = torn_tail_reason_;
   return s;
 }
 
@@ -854,6 +877,7 @@ Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor_at_time(std::int64_t time
 }
 
 Status ChangeLog::remove_before(Lsn lsn) {
+  if (options_.read_only) return read_only_error();
   std::vector<std::uint64_t> doomed;
   {
     std::lock_guard lock(mu_);

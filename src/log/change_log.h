@@ -50,6 +50,9 @@ struct LogOptions {
   std::uint64_t index_interval = 64ull << 10;
   // Per-cursor read buffer; with the writer's batch buffer this bounds the log's memory.
   std::size_t read_buffer = 256ull << 10;
+  // For inspection tools: never creates, locks, truncates or writes; reads what is whole.
+  // May run beside the pgrelay that owns the log; it sees the log as of open().
+  bool read_only = false;
 };
 
 // Entry data too large to hold in memory (a spilled transaction): read piece by piece.
@@ -93,7 +96,12 @@ struct LogStats {
   Lsn oldest_lsn;  // first retained entry (invalid if empty)
   Lsn newest_lsn;  // last visible entry (invalid if empty)
   std::int64_t newest_time = 0;
-  std::uint64_t recovered_truncated_bytes = 0;  // torn tail discarded at open
+  // A torn tail found at open: the bytes past the last whole batch of the active segment
+  // (discarded, or in read-only mode ignored), where they start and why they were not whole.
+  std::uint64_t recovered_truncated_bytes = 0;
+  std::string torn_tail_file;
+  std::uint64_t torn_tail_offset = 0;
+  std::string torn_tail_reason;
 };
 
 class Cursor;
@@ -158,6 +166,7 @@ class ChangeLog {
   Status roll_segment();
   Status write_manifest_locked();
   struct AppenderGuard;
+  Error read_only_error() const;
   Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock);
   Status write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset);
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
@@ -199,6 +208,7 @@ class ChangeLog {
   std::vector<std::function<void()>> listeners_;
   LogStats counters_;
   std::uint64_t recovered_truncated_bytes_ = 0;
+  std::string torn_tail_reason_;
 
   bool stopping_ = false;
   std::thread sync_thread_;
