@@ -1,0 +1,69 @@
+// A libpq connection for capture: queries with text parameters, results as values, errors as Error.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace pgrelay::capture {
+
+// One result set; values are the bytes libpq returned (text or binary as requested).
+class QueryResult {
+ public:
+  QueryResult() = default;
+  explicit QueryResult(PGresult* res) : res_(res, &PQclear) {}
+
+  int rows() const { return res_ ? PQntuples(res_.get()) : 0; }
+  int columns() const { return res_ ? PQnfields(res_.get()) : 0; }
+  bool is_null(int row, int col) const { return PQgetisnull(res_.get(), row, col) != 0; }
+  // The value's bytes (empty for NULL).
+  std::string_view value(int row, int col) const {
+    return {PQgetvalue(res_.get(), row, col),
+            static_cast<std::size_t>(PQgetlength(res_.get(), row, col))};
+  }
+  std::optional<std::string> get(int row, int col) const {
+    if (is_null(row, col)) return std::nullopt;
+    return std::string(value(row, col));
+  }
+
+ private:
+  std::shared_ptr<PGresult> res_;
+};
+
+using Params = std::vector<std::optional<std::string>>;  // text parameters; nullopt is NULL
+
+class PgSession {
+ public:
+  // Connects with a libpq conninfo string; 08000 with libpq's message on failure.
+  static Result<std::unique_ptr<PgSession>> connect(const std::string& conninfo);
+  ~PgSession();
+  PgSession(const PgSession&) = delete;
+  PgSession& operator=(const PgSession&) = delete;
+
+  // Runs one statement (or, without params, several ';'-separated ones) and returns the result
+  // of the last; server errors keep their SQLSTATE, message, detail and hint.
+  Result<QueryResult> exec(const std::string& sql, const Params& params = {},
+                           bool binary_result = false);
+  Status run(const std::string& sql, const Params& params = {});
+
+  // Quoted identifier / literal for generated SQL (PQescapeIdentifier / PQescapeLiteral).
+  Result<std::string> ident(std::string_view name);
+  Result<std::string> literal(std::string_view text);
+
+  PGconn* raw() const { return conn_; }
+
+ private:
+  explicit PgSession(PGconn* conn) : conn_(conn) {}
+  Error connection_error(const std::string& what) const;
+
+  PGconn* conn_ = nullptr;
+};
+
+}  // namespace pgrelay::capture

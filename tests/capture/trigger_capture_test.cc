@@ -1,0 +1,588 @@
+// Trigger capture against a real PostgreSQL 15: installer, exact text values, snapshot batching.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/trigger/installer.h"
+#include "capture/trigger/poller.h"
+#include "log/change_log.h"
+#include "log/transaction.h"
+#include "pg_server.h"
+
+namespace pgrelay::capture {
+namespace {
+
+namespace fs = std::filesystem;
+using test::PgConnection;
+using test::PgServer;
+using Values = std::vector<std::optional<std::string>>;
+
+// The server's default TimeZone is deliberately odd (+05:30) and differs from every writer's.
+constexpr const char* kServerTimeZone = "Asia/Kolkata";
+
+Values texts(const pgoutput::Tuple& t) {
+  Values out;
+  for (const auto& c : t.columns) {
+    if (c.kind == pgoutput::ValueKind::kNull) {
+      out.emplace_back(std::nullopt);
+    } else if (c.kind == pgoutput::ValueKind::kText) {
+      out.emplace_back(c.bytes);
+    } else {
+      out.emplace_back("<unexpected kind>");
+    }
+  }
+  return out;
+}
+
+// The data changes of a transaction (Relation and Type records left out).
+std::vector<log::ChangeMessage> data_changes(const log::Transaction& t) {
+  std::vector<log::ChangeMessage> out;
+  for (const auto& c : t.changes) {
+    if (std::holds_alternative<pgoutput::Relation>(c.message) ||
+        std::holds_alternative<pgoutput::Type>(c.message)) {
+      continue;
+    }
+    out.push_back(c.message);
+  }
+  return out;
+}
+
+class TriggerCaptureTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    test::PgServerOptions options;
+    options.settings["wal_level"] = "replica";
+    options.settings["timezone"] = std::string("'") + kServerTimeZone + "'";
+    server_ = new PgServer(options);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/pgrelay-capture-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    open_log();
+    auto s = PgSession::connect(server_->conninfo());
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    session_ = std::move(*s);
+  }
+
+  void TearDown() override {
+    poller_.reset();
+    log_.reset();
+    if (session_) {
+      EXPECT_TRUE(uninstall(*session_).ok());
+    }
+    for (const auto& t : tables_) server_->exec("DROP TABLE IF EXISTS " + t + " CASCADE");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void open_log() {
+    log::LogOptions o;
+    o.dir = dir_ + "/log";
+    auto l = log::ChangeLog::open(o);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    log_ = std::move(*l);
+  }
+
+  void create_table(const std::string& name, const std::string& definition) {
+    server_->exec("CREATE TABLE " + name + " " + definition);
+    tables_.push_back(name);
+  }
+
+  void install_tables(const std::vector<std::string>& names) {
+    InstallOptions o;
+    for (const auto& n : names) o.tables.push_back({"public", n});
+    auto r = install(*session_, o);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+
+  void start_poller(const std::string& conninfo = {}) {
+    PollerOptions o;
+    o.conninfo = conninfo.empty() ? server_->conninfo() : conninfo;
+    o.spill_dir = dir_ + "/spill";
+    auto p = TriggerPoller::open(o, *log_);
+    ASSERT_TRUE(p.ok()) << p.error().to_string();
+    poller_ = std::move(*p);
+  }
+
+  PollStats poll() {
+    auto r = poller_->poll();
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
+    return r.ok() ? *r : PollStats{};
+  }
+
+  std::vector<log::Transaction> read_log() {
+    std::vector<log::Transaction> out;
+    auto c = log_->open_cursor(Lsn(0));
+    EXPECT_TRUE(c.ok());
+    if (!c.ok()) return out;
+    while (true) {
+      auto e = (*c)->next_entry();
+      EXPECT_TRUE(e.ok());
+      if (!e.ok() || !e->has_value()) break;
+      auto t = log::read_transaction(**c, **e);
+      EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().to_string());
+      if (!t.ok()) break;
+      out.push_back(std::move(*t));
+    }
+    return out;
+  }
+
+  std::uint32_t oid_of(const std::string& table) {
+    return static_cast<std::uint32_t>(
+        std::stoul(server_->scalar("SELECT '" + table + "'::regclass::oid::int8")));
+  }
+
+  static PgServer* server_;
+  std::string dir_;
+  std::unique_ptr<log::ChangeLog> log_;
+  std::unique_ptr<PgSession> session_;
+  std::unique_ptr<TriggerPoller> poller_;
+  std::vector<std::string> tables_;
+};
+
+PgServer* TriggerCaptureTest::server_ = nullptr;
+
+TEST(CheckpointTest, RoundTripsAndRejectsGarbage) {
+  CheckpointState s{"10:20:12,15", Lsn(0x1'0000'0010)};
+  auto back = decode_checkpoint(encode_checkpoint(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->snapshot, s.snapshot);
+  EXPECT_EQ(back->upstream_lsn, s.upstream_lsn);
+  for (std::string bad :
+       {"", "pgrelay-trigger-checkpoint 1\n", "pgrelay-trigger-checkpoint 1\n1:2:\n",
+        "pgrelay-trigger-checkpoint 1\n1:2:\nzz\n", "other\n1:2:\n0/1\n"}) {
+    auto r =
+        decode_checkpoint(ByteView(reinterpret_cast<const std::uint8_t*>(bad.data()), bad.size()));
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().sqlstate, "XX001");
+    }
+  }
+}
+
+TEST_F(TriggerCaptureTest, InstallIsIdempotentAndUninstallLeavesNothing) {
+  create_table("inst_a", "(id int PRIMARY KEY, v text)");
+  create_table("inst_b", "(id int PRIMARY KEY)");
+  server_->exec("CREATE PUBLICATION inst_pub FOR TABLE inst_b WITH (publish = 'insert, delete')");
+  InstallOptions o;
+  o.tables.push_back({"public", "inst_a"});
+  o.publications.push_back("inst_pub");
+  auto catalog_state = [] {
+    return server_->exec(
+        "SELECT 'class:' || relname FROM pg_class WHERE relnamespace = "
+        "(SELECT oid FROM pg_namespace WHERE nspname = '_pgrelay') "
+        "UNION ALL SELECT 'proc:' || proname || ':' || md5(prosrc) FROM pg_proc WHERE pronamespace "
+        "= "
+        "(SELECT oid FROM pg_namespace WHERE nspname = '_pgrelay') "
+        "UNION ALL SELECT 'trigger:' || tgrelid::regclass || ':' || tgname || ':' || tgtype "
+        "FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1");
+  };
+  auto first = install(*session_, o);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_TRUE(first->created_schema);
+  EXPECT_EQ(first->captured_tables, 2);
+  EXPECT_EQ(first->timezone, kServerTimeZone);
+  auto after_first = catalog_state();
+  auto second = install(*session_, o);
+  ASSERT_TRUE(second.ok()) << second.error().to_string();
+  EXPECT_TRUE(second->created_schema);  // remembered from the first install
+  EXPECT_EQ(catalog_state(), after_first);
+  EXPECT_EQ(server_->scalar("SELECT value FROM _pgrelay.meta WHERE key = 'version'"), "1");
+  // inst_b publishes insert and delete only: one row trigger (tgtype: ROW|INSERT|DELETE = 13),
+  // no truncate trigger.
+  EXPECT_EQ(server_->scalar("SELECT string_agg(tgname || '/' || tgtype, ',') FROM pg_trigger "
+                            "WHERE tgrelid = 'inst_b'::regclass"),
+            "_pgrelay_capture/13");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'inst_a'::regclass"),
+            "2");
+
+  // Installing with fewer tables removes the others' triggers and functions.
+  InstallOptions fewer;
+  fewer.tables.push_back({"public", "inst_a"});
+  ASSERT_TRUE(install(*session_, fewer).ok());
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'inst_b'::regclass"),
+            "0");
+
+  ASSERT_TRUE(uninstall(*session_).ok());
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_namespace WHERE nspname = '_pgrelay'"), "0");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal"), "0");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'capture%'"), "0");
+  EXPECT_TRUE(uninstall(*session_).ok());  // nothing installed: not an error
+
+  // Errors: unknown table and publication, nothing left behind.
+  InstallOptions missing;
+  missing.tables.push_back({"public", "no_such_table"});
+  auto r = install(*session_, missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().sqlstate, "42P01");
+  InstallOptions missing_pub;
+  missing_pub.publications.push_back("no_such_pub");
+  r = install(*session_, missing_pub);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().sqlstate, "42704");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_namespace WHERE nspname = '_pgrelay'"), "0");
+  server_->exec("DROP PUBLICATION inst_pub");
+}
+
+TEST_F(TriggerCaptureTest, RefusesItsOwnTablesAndNewerInstallations) {
+  create_table("own", "(id int PRIMARY KEY)");
+  install_tables({"own"});
+  InstallOptions self;
+  self.tables.push_back({"_pgrelay", "changes"});
+  auto r = install(*session_, self);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().sqlstate, "22023");
+  server_->exec("UPDATE _pgrelay.meta SET value = '99' WHERE key = 'version'");
+  InstallOptions again;
+  again.tables.push_back({"public", "own"});
+  r = install(*session_, again);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().sqlstate, "55000");
+  server_->exec("UPDATE _pgrelay.meta SET value = '1' WHERE key = 'version'");
+}
+
+TEST_F(TriggerCaptureTest, RowsOfDroppedTablesAreSkippedAndUninstallStillWorks) {
+  create_table("gone", "(id int PRIMARY KEY)");
+  create_table("kept", "(id int PRIMARY KEY)");
+  install_tables({"gone", "kept"});
+  start_poller();
+  server_->exec("INSERT INTO gone VALUES (1); INSERT INTO kept VALUES (1)");
+  server_->exec("DROP TABLE gone");
+  PollStats st = poll();
+  EXPECT_EQ(st.rows, 2u);
+  EXPECT_EQ(st.skipped_rows, 1u);
+  EXPECT_EQ(st.transactions, 1u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(data_changes(log[0]).size(), 1u);
+  ASSERT_TRUE(uninstall(*session_).ok());
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_namespace WHERE nspname = '_pgrelay'"), "0");
+}
+
+TEST_F(TriggerCaptureTest, ValuesAreServerTextOutputIndependentOfTheWriter) {
+  create_table("vals",
+               "(id int8 PRIMARY KEY, n numeric, ts timestamptz, iv interval, f float8, b bytea, "
+               "arr text[], j jsonb, flag bool, t text, t2 text, d date, ip inet)");
+  install_tables({"vals"});
+  start_poller();
+  PgConnection w(server_->conninfo());
+  w.exec(
+      "SET TimeZone = 'Pacific/Chatham'; SET IntervalStyle = 'iso_8601'; "
+      "SET DateStyle = 'SQL, DMY'; SET extra_float_digits = -3; SET bytea_output = 'escape'");
+  w.exec(
+      "INSERT INTO vals VALUES (9007199254740993, 123456789.123456789000, "
+      "'2024-02-29 12:34:56.789+00', '1 year 2 mons 3 days 04:05:06.5', 0.1, '\\x00ff10', "
+      "ARRAY['a', NULL, 'he said \"hi\"', 'x,y', ''], '{\"b\": 1, \"a\": [1, 2.50]}', true, '', "
+      "NULL, '2024-03-01', '10.0.0.1')");
+  w.exec("INSERT INTO vals (id, f) VALUES (2, 1.0/3)");
+  PollStats st = poll();
+  EXPECT_EQ(st.transactions, 2u);
+  EXPECT_EQ(st.rows, 2u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 2u);
+  const std::uint32_t oid = oid_of("vals");
+
+  // The first change of each transaction is preceded by the table's Relation.
+  ASSERT_GE(log[0].changes.size(), 2u);
+  auto* rel = std::get_if<pgoutput::Relation>(&log[0].changes[0].message);
+  ASSERT_NE(rel, nullptr);
+  EXPECT_EQ(rel->oid, oid);
+  EXPECT_EQ(rel->namespace_name, "public");
+  EXPECT_EQ(rel->name, "vals");
+  EXPECT_EQ(rel->replica_identity, 'd');
+  ASSERT_EQ(rel->columns.size(), 13u);
+  EXPECT_EQ(rel->columns[0].name, "id");
+  EXPECT_EQ(rel->columns[0].type_oid, 20u);
+  EXPECT_TRUE(rel->columns[0].is_key());
+  EXPECT_EQ(rel->columns[1].type_oid, 1700u);
+  EXPECT_FALSE(rel->columns[1].is_key());
+  EXPECT_EQ(rel->columns[6].type_oid, 1009u);  // text[]
+
+  auto changes = data_changes(log[0]);
+  ASSERT_EQ(changes.size(), 1u);
+  auto* ins = std::get_if<pgoutput::Insert>(&changes[0]);
+  ASSERT_NE(ins, nullptr);
+  EXPECT_EQ(ins->relation_oid, oid);
+  Values expected{"9007199254740993",
+                  "123456789.123456789000",
+                  "2024-02-29 18:04:56.789+05:30",
+                  "1 year 2 mons 3 days 04:05:06.5",
+                  "0.1",
+                  "\\x00ff10",
+                  "{a,NULL,\"he said \\\"hi\\\"\",\"x,y\",\"\"}",
+                  "{\"a\": [1, 2.50], \"b\": 1}",
+                  "t",
+                  "",
+                  std::nullopt,
+                  "2024-03-01",
+                  "10.0.0.1"};
+  EXPECT_EQ(texts(ins->new_tuple), expected);
+  auto second = data_changes(log[1]);
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<pgoutput::Insert>(second[0]));
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(second[0]).new_tuple)[4], "0.3333333333333333");
+  EXPECT_GT(log[1].header.commit_lsn, log[0].header.commit_lsn);
+  EXPECT_GE(log[0].header.begin_lsn, Lsn::parse(server_->scalar("SELECT '0/0'::pg_lsn")).value());
+
+  // Updates: key unchanged (no old tuple), key changed (old key), delete (old key), truncate.
+  w.exec("UPDATE vals SET t = 'x' WHERE id = 2");
+  w.exec("UPDATE vals SET id = 3 WHERE id = 2");
+  w.exec("DELETE FROM vals WHERE id = 3");
+  w.exec("TRUNCATE vals");
+  st = poll();
+  EXPECT_EQ(st.transactions, 4u);
+  log = read_log();
+  ASSERT_EQ(log.size(), 6u);
+  auto u1 = data_changes(log[2]);
+  ASSERT_EQ(u1.size(), 1u);
+  auto& up1 = std::get<pgoutput::Update>(u1[0]);
+  EXPECT_FALSE(up1.old.has_value());
+  EXPECT_EQ(texts(up1.new_tuple)[9], "x");
+  auto up2 = std::get<pgoutput::Update>(data_changes(log[3])[0]);
+  ASSERT_TRUE(up2.old.has_value());
+  EXPECT_EQ(up2.old->kind, pgoutput::OldKind::kKey);
+  Values old_key(13, std::nullopt);
+  old_key[0] = "2";
+  EXPECT_EQ(texts(up2.old->tuple), old_key);
+  EXPECT_EQ(texts(up2.new_tuple)[0], "3");
+  auto del = std::get<pgoutput::Delete>(data_changes(log[4])[0]);
+  EXPECT_EQ(del.old.kind, pgoutput::OldKind::kKey);
+  old_key[0] = "3";
+  EXPECT_EQ(texts(del.old.tuple), old_key);
+  auto tr = std::get<pgoutput::Truncate>(data_changes(log[5])[0]);
+  EXPECT_EQ(tr.relation_oids, std::vector<pgoutput::Oid>{oid});
+  // Released upstream once in the log.
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+}
+
+TEST_F(TriggerCaptureTest, ReplicaIdentityDecidesTheOldTuple) {
+  create_table("ri_full", "(id int PRIMARY KEY, v text)");
+  create_table("ri_nothing", "(id int PRIMARY KEY, v text)");
+  create_table("ri_index", "(a int NOT NULL, b text, c text)");
+  server_->exec(
+      "ALTER TABLE ri_full REPLICA IDENTITY FULL; ALTER TABLE ri_nothing REPLICA IDENTITY NOTHING;"
+      "CREATE UNIQUE INDEX ri_index_b ON ri_index (b); ALTER TABLE ri_index ALTER b SET NOT NULL;"
+      "ALTER TABLE ri_index REPLICA IDENTITY USING INDEX ri_index_b;"
+      "INSERT INTO ri_full VALUES (1, 'a'); INSERT INTO ri_nothing VALUES (1, 'a');"
+      "INSERT INTO ri_index VALUES (1, 'k', 'x')");
+  install_tables({"ri_full", "ri_nothing", "ri_index"});
+  start_poller();
+  server_->exec(
+      "BEGIN; UPDATE ri_full SET v = 'b'; DELETE FROM ri_full;"
+      "UPDATE ri_nothing SET v = 'b'; DELETE FROM ri_nothing;"
+      "UPDATE ri_index SET c = 'y'; UPDATE ri_index SET b = 'k2'; DELETE FROM ri_index; COMMIT");
+  PollStats st = poll();
+  EXPECT_EQ(st.transactions, 1u);
+  // The trigger records no delete without replica identity: pgoutput sends none.
+  EXPECT_EQ(st.rows, 6u);
+  EXPECT_EQ(st.skipped_rows, 0u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 1u);
+  auto ch = data_changes(log[0]);
+  ASSERT_EQ(ch.size(), 6u);
+  // FULL: the whole old row, kind 'O', on update and delete.
+  auto& fu = std::get<pgoutput::Update>(ch[0]);
+  ASSERT_TRUE(fu.old.has_value());
+  EXPECT_EQ(fu.old->kind, pgoutput::OldKind::kFull);
+  EXPECT_EQ(texts(fu.old->tuple), (Values{"1", "a"}));
+  EXPECT_EQ(texts(fu.new_tuple), (Values{"1", "b"}));
+  auto& fd = std::get<pgoutput::Delete>(ch[1]);
+  EXPECT_EQ(fd.old.kind, pgoutput::OldKind::kFull);
+  EXPECT_EQ(texts(fd.old.tuple), (Values{"1", "b"}));
+  // NOTHING: no old tuple on update, no Delete at all.
+  auto& nu = std::get<pgoutput::Update>(ch[2]);
+  EXPECT_FALSE(nu.old.has_value());
+  // USING INDEX: the index's column only, and only when it changed.
+  auto& iu1 = std::get<pgoutput::Update>(ch[3]);
+  EXPECT_FALSE(iu1.old.has_value());
+  auto& iu2 = std::get<pgoutput::Update>(ch[4]);
+  ASSERT_TRUE(iu2.old.has_value());
+  EXPECT_EQ(iu2.old->kind, pgoutput::OldKind::kKey);
+  EXPECT_EQ(texts(iu2.old->tuple), (Values{std::nullopt, "k", std::nullopt}));
+  auto& id = std::get<pgoutput::Delete>(ch[5]);
+  EXPECT_EQ(texts(id.old.tuple), (Values{std::nullopt, "k2", std::nullopt}));
+  // Relation key flags follow the identity.
+  for (const auto& c : log[0].changes) {
+    auto* rel = std::get_if<pgoutput::Relation>(&c.message);
+    if (rel == nullptr) continue;
+    std::vector<bool> keys;
+    for (const auto& col : rel->columns) keys.push_back(col.is_key());
+    if (rel->name == "ri_full") {
+      EXPECT_EQ(rel->replica_identity, 'f');
+      EXPECT_EQ(keys, (std::vector<bool>{true, true}));
+    } else if (rel->name == "ri_nothing") {
+      EXPECT_EQ(rel->replica_identity, 'n');
+      EXPECT_EQ(keys, (std::vector<bool>{false, false}));
+    } else {
+      EXPECT_EQ(rel->replica_identity, 'i');
+      EXPECT_EQ(keys, (std::vector<bool>{false, true, false}));
+    }
+  }
+}
+
+TEST_F(TriggerCaptureTest, RolledBackSavepointLeavesOnlyCommittedRows) {
+  create_table("sp", "(id int PRIMARY KEY)");
+  install_tables({"sp"});
+  start_poller();
+  server_->exec(
+      "BEGIN; INSERT INTO sp VALUES (1); SAVEPOINT s; INSERT INTO sp VALUES (2); "
+      "ROLLBACK TO SAVEPOINT s; SAVEPOINT t; INSERT INTO sp VALUES (3); RELEASE t; "
+      "INSERT INTO sp VALUES (4); COMMIT");
+  server_->exec("BEGIN; INSERT INTO sp VALUES (5); ROLLBACK");
+  EXPECT_EQ(poll().transactions, 1u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 1u);
+  std::vector<std::string> ids;
+  for (const auto& c : data_changes(log[0])) {
+    ids.push_back(*texts(std::get<pgoutput::Insert>(c).new_tuple)[0]);
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"1", "3", "4"}));
+  EXPECT_EQ(log[0].header.xid, static_cast<std::uint32_t>(std::stoul(
+                                   server_->scalar("SELECT min(xmin::text::int8) FROM sp"))));
+}
+
+TEST_F(TriggerCaptureTest, EarlySequenceLateCommitIsCapturedOnceInOrder) {
+  create_table("cc", "(id int PRIMARY KEY, who text)");
+  install_tables({"cc"});
+  start_poller();
+  PgConnection a(server_->conninfo());
+  PgConnection b(server_->conninfo());
+  // A takes its sequence value first and commits last, across a poll.
+  a.exec("BEGIN; INSERT INTO cc VALUES (1, 'a')");
+  b.exec("BEGIN; INSERT INTO cc VALUES (2, 'b'); COMMIT");
+  PollStats st = poll();
+  EXPECT_EQ(st.transactions, 1u);
+  a.exec("INSERT INTO cc VALUES (3, 'a'); COMMIT");
+  st = poll();
+  EXPECT_EQ(st.transactions, 1u);
+  EXPECT_EQ(poll().transactions, 0u);
+  // Both committed before one poll: ordered by their last sequence value (B's is lower).
+  a.exec("BEGIN; INSERT INTO cc VALUES (4, 'a')");
+  b.exec("BEGIN; INSERT INTO cc VALUES (5, 'b'); COMMIT");
+  a.exec("INSERT INTO cc VALUES (6, 'a'); COMMIT");
+  st = poll();
+  EXPECT_EQ(st.transactions, 2u);
+
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 4u);
+  std::vector<std::string> seen;
+  for (const auto& t : log) {
+    std::string ids;
+    for (const auto& c : data_changes(t)) ids += *texts(std::get<pgoutput::Insert>(c).new_tuple)[0];
+    seen.push_back(ids);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"2", "13", "5", "46"}));
+  for (std::size_t i = 1; i < log.size(); ++i) {
+    EXPECT_GT(log[i].header.commit_lsn, log[i - 1].header.commit_lsn);
+  }
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+}
+
+TEST_F(TriggerCaptureTest, NonSuperuserOwnerInstallsAndCaptures) {
+  server_->create_role("cap_owner", std::nullopt);
+  server_->create_role("cap_writer", std::nullopt);
+  server_->exec(
+      "CREATE SCHEMA cap_schema AUTHORIZATION cap_owner; "
+      "CREATE SCHEMA cap_data AUTHORIZATION cap_owner; GRANT USAGE ON SCHEMA cap_data TO "
+      "cap_writer");
+  PgConnection owner(server_->conninfo("postgres", "cap_owner"));
+  owner.exec(
+      "CREATE TABLE cap_data.owned (id int PRIMARY KEY, v text); "
+      "GRANT INSERT, UPDATE, DELETE, SELECT ON cap_data.owned TO cap_writer");
+  tables_.push_back("cap_data.owned");
+  auto s = PgSession::connect(server_->conninfo("postgres", "cap_owner"));
+  ASSERT_TRUE(s.ok());
+  InstallOptions o;
+  o.schema = "cap_schema";  // an existing schema the owner has: no CREATE on the database needed
+  o.tables.push_back({"cap_data", "owned"});
+  auto r = install(**s, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_FALSE(r->created_schema);
+
+  PgConnection writer(server_->conninfo("postgres", "cap_writer"));
+  writer.exec("INSERT INTO cap_data.owned VALUES (1, 'w'); UPDATE cap_data.owned SET v = 'w2'");
+  PollerOptions po;
+  po.conninfo = server_->conninfo("postgres", "cap_owner");
+  po.schema = "cap_schema";
+  po.spill_dir = dir_ + "/spill";
+  auto p = TriggerPoller::open(po, *log_);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  auto st = (*p)->poll();
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  EXPECT_EQ(st->transactions, 1u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(data_changes(log[0]).size(), 2u);
+
+  ASSERT_TRUE(uninstall(**s, "cap_schema").ok());
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_namespace WHERE nspname = 'cap_schema'"), "1");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_class WHERE relnamespace = "
+                            "'cap_schema'::regnamespace"),
+            "0");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_proc WHERE pronamespace = "
+                            "'cap_schema'::regnamespace"),
+            "0");
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal"), "0");
+}
+
+TEST_F(TriggerCaptureTest, RestartAfterCrashBetweenAppendAndDeleteHasNoDuplicates) {
+  create_table("rs", "(id int PRIMARY KEY)");
+  install_tables({"rs"});
+  start_poller();
+  server_->exec("INSERT INTO rs VALUES (1)");
+  server_->exec("INSERT INTO rs VALUES (2)");
+  // Crash after the append, before the rows were deleted upstream.
+  auto st = poller_->capture();
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  EXPECT_EQ(st->transactions, 2u);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "2");
+  poller_.reset();
+  log_.reset();
+  server_->exec("INSERT INTO rs VALUES (3)");
+
+  open_log();
+  start_poller();
+  EXPECT_EQ(poller_->last_snapshot(), st->snapshot);
+  PollStats again = poll();
+  EXPECT_EQ(again.transactions, 1u);  // only the new one
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+  EXPECT_EQ(poll().transactions, 0u);
+
+  // A clean restart resumes too.
+  poller_.reset();
+  log_.reset();
+  open_log();
+  start_poller();
+  server_->exec("INSERT INTO rs VALUES (4)");
+  EXPECT_EQ(poll().transactions, 1u);
+
+  auto log = read_log();
+  std::vector<std::string> ids;
+  for (const auto& t : log) {
+    for (const auto& c : data_changes(t))
+      ids.push_back(*texts(std::get<pgoutput::Insert>(c).new_tuple)[0]);
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"1", "2", "3", "4"}));
+  for (std::size_t i = 1; i < log.size(); ++i) {
+    EXPECT_GT(log[i].header.commit_lsn, log[i - 1].header.commit_lsn);
+  }
+  // Without track_commit_timestamp, commit times are the poll's time: within a minute of now.
+  EXPECT_FALSE(poller_->commit_timestamps());
+  const std::int64_t now = std::stoll(
+      server_->scalar("SELECT ((extract(epoch FROM now()) - 946684800) * 1000000)::int8"));
+  EXPECT_LE(std::llabs(now - log.back().header.commit_time), 60'000'000);
+}
+
+}  // namespace
+}  // namespace pgrelay::capture
