@@ -18,12 +18,17 @@ echo "== tests"
 # Golden pgoutput streams recorded by the tests also seed the fuzzers.
 export PGRELAY_GOLDEN_DIR="$PWD/build/golden"
 mkdir -p "$PGRELAY_GOLDEN_DIR"
-ctest --test-dir build/asan --output-on-failure -j "$jobs"
+ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee build/ctest-tests.log
+total=$(grep -o 'tests failed out of [0-9]*' build/ctest-tests.log | grep -o '[0-9]*$')
 
 fuzz_seconds=${PGRELAY_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" -gt 0 ]; then
   echo "== fuzzers (clang libFuzzer, ${fuzz_seconds}s each)"
   cmake --preset fuzz -DPGRELAY_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
   cmake --build build/fuzz
-  ctest --test-dir build/fuzz --output-on-failure -j "$jobs"
+  ctest --test-dir build/fuzz --output-on-failure -j "$jobs" | tee build/ctest-fuzz.log
+  grep -h '^fuzz fuzz_' build/fuzz/Testing/Temporary/LastTest.log || true
+  total=$((total + $(grep -o 'tests failed out of [0-9]*' build/ctest-fuzz.log | grep -o '[0-9]*$')))
 fi
+# Every ctest run above passed (set -e and pipefail stop at the first failure).
+echo "pgrelay: $total passed, 0 failed"
