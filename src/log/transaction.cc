@@ -182,7 +182,8 @@ Result<std::optional<Change>> ChangeReader::next() {
         piece_ = piece_.subspan(total);
         return decode_record(record);
       }
-      buf_.reserve(total);
+      // Reserve only what has arrived: a damaged length must not allocate up to 1 GiB.
+      buf_.reserve(std::min(total, piece_.size()));
     }
     take(piece_.size());
     return std::optional<Change>();
@@ -196,7 +197,7 @@ Result<std::optional<Change>> ChangeReader::next() {
   if (!len.ok()) return len.error();
   const std::size_t total = kChangeHeaderSize + *len;
   if (buf_.size() < total) {
-    buf_.reserve(total);
+    buf_.reserve(std::min(total, buf_.size() + piece_.size()));
     take(total - buf_.size());
     if (buf_.size() < total) return std::optional<Change>();
   }
@@ -207,7 +208,11 @@ Result<std::optional<Change>> ChangeReader::next() {
 }
 
 Result<std::optional<Change>> ChangeReader::decode_record(ByteView record) {
-  const Lsn lsn = meta_.begin_lsn + load_u64(record.data() + 4);
+  const std::uint64_t offset = load_u64(record.data() + 4);
+  if (offset > std::numeric_limits<std::uint64_t>::max() - meta_.begin_lsn.value()) {
+    return fail(corrupt("change LSN offset " + std::to_string(offset) + " overflows", std::nullopt));
+  }
+  const Lsn lsn = meta_.begin_lsn + offset;
   if (meta_.kind != EntryKind::kTransaction && meta_.kind != EntryKind::kMessage) {
     return fail(corrupt("entry is neither a transaction nor a logical message", lsn));
   }

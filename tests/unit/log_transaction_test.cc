@@ -178,6 +178,13 @@ TEST(TransactionCodec, StoredFormIsExactPgoutput) {
   EXPECT_TRUE(r.at_end());
 }
 
+// Found by fuzz_log_parsers: an offset that overflows past the top of the LSN space is damage.
+TEST(ChangeReaderErrors, LsnOffsetOverflowIsCorruption) {
+  ByteWriter out;
+  raw_change(out, 0xFFFFFFFFFFFFFF00ull, pgoutput::Message(users()));
+  expect_corrupt(decode_status(meta_for(1), out.bytes()), "overflows");
+}
+
 TEST(TransactionCodec, StreamedXidIsNotStored) {
   Transaction t;
   t.header = header();
