@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 pgrelay_ensure_packages "${PGRELAY_BUILD_PACKAGES[@]}"
 
-cmake --preset release >/dev/null
+# Benchmarks need Google Benchmark, a test-only package: leave them out here.
+cmake --preset release -DPGRELAY_BENCH=OFF >/dev/null
 cmake --build build/release --target pgrelay
 exec build/release/src/cli/pgrelay "$@"
