@@ -804,58 +804,44 @@ std::vector<IndexPoint> ChangeLog::load_index(std::uint64_t seq) const {
   return std::move(scan->index);
 }
 
-Result<Position> ChangeLog::seek(Lsn start) const {
-  std::vector<SegmentInfo> segments;
+Position ChangeLog::seek_first(const std::function<bool(const SegmentInfo&)>& reaches,
+                               const std::function<bool(const IndexPoint&)>& before) const {
+  std::vector<SegmentInfo> list;
   std::vector<IndexPoint> active_index;
-  std::uint64_t active_seq = 0;
   {
     std::lock_guard lock(mu_);
-    if (manifest_.removed_through.is_valid() && start <= manifest_.removed_through) {
-      return Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                         "requested starting point " + start.to_string() +
-                             " has already been removed from the log",
-                         "The oldest retained position is after " +
-                             manifest_.removed_through.to_string() +
-                             ". Start from a later LSN, or create a new slot and copy the data again.");
-    }
-    segments = manifest_.segments;
-    segments.back() = active_->info;
+    list = manifest_.segments;
+    list.back() = active_->info;
     active_index = active_->index;
-    active_seq = active_->seq;
   }
-  for (const auto& s : segments) {
-    if (!s.last_lsn.is_valid() || s.last_lsn < start) continue;
-    auto index = s.seq == active_seq ? active_index : load_index(s.seq);
-    // The last index point strictly before `start`: every entry before it is before `start`.
-    auto it = std::lower_bound(index.begin(), index.end(), start,
-                               [](const IndexPoint& p, Lsn l) { return p.lsn < l; });
+  for (const auto& s : list) {
+    if (!s.last_lsn.is_valid() || !reaches(s)) continue;
+    auto index = s.seq == list.back().seq ? active_index : load_index(s.seq);
+    // The last index point before the target: every entry before it is before the target too.
+    auto it = std::partition_point(index.begin(), index.end(), before);
     if (it == index.begin()) return Position{s.seq, kSegmentHeaderSize};
     return Position{s.seq, std::prev(it)->offset};
   }
-  // Nothing retained reaches `start`: begin at the visible end; later entries are filtered.
+  // Nothing retained reaches the target: begin at the visible end; later entries are filtered.
   return visible_position();
 }
 
+Result<Position> ChangeLog::seek(Lsn start) const {
+  Lsn removed = removed_through();
+  if (removed.is_valid() && start <= removed) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "requested starting point " + start.to_string() +
+                           " has already been removed from the log",
+                       "The oldest retained position is after " + removed.to_string() +
+                           ". Start from a later LSN, or create a new slot and copy the data again.");
+  }
+  return seek_first([&](const SegmentInfo& s) { return s.last_lsn >= start; },
+                    [&](const IndexPoint& p) { return p.lsn < start; });
+}
+
 Result<Position> ChangeLog::seek_time(std::int64_t time) const {
-  std::vector<SegmentInfo> segments;
-  std::vector<IndexPoint> active_index;
-  std::uint64_t active_seq = 0;
-  {
-    std::lock_guard lock(mu_);
-    segments = manifest_.segments;
-    segments.back() = active_->info;
-    active_index = active_->index;
-    active_seq = active_->seq;
-  }
-  for (const auto& s : segments) {
-    if (!s.last_lsn.is_valid() || s.last_time < time) continue;
-    auto index = s.seq == active_seq ? active_index : load_index(s.seq);
-    auto it = std::lower_bound(index.begin(), index.end(), time,
-                               [](const IndexPoint& p, std::int64_t t) { return p.time < t; });
-    if (it == index.begin()) return Position{s.seq, kSegmentHeaderSize};
-    return Position{s.seq, std::prev(it)->offset};
-  }
-  return visible_position();
+  return seek_first([&](const SegmentInfo& s) { return s.last_time >= time; },
+                    [&](const IndexPoint& p) { return p.time < time; });
 }
 
 Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor(Lsn start) {
@@ -869,7 +855,7 @@ Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor(Lsn start) {
 Result<std::unique_ptr<Cursor>> ChangeLog::open_cursor_at_time(std::int64_t time) {
   auto pos = seek_time(time);
   if (!pos.ok()) return pos.take_error();
-  // Entries before `time` in the first batch are skipped by commit LSN: find the first entry's.
+  // The seek lands at or before the first entry at `time`; the cursor skips earlier ones.
   std::unique_ptr<Cursor> cursor(new Cursor(this, Lsn(0), *pos));
   PGRELAY_TRY(cursor->open_segment(pos->seq, pos->offset));
   cursor->min_time_ = time;

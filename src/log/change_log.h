@@ -176,6 +176,10 @@ class ChangeLog {
   void notify_listeners();
   void sync_loop();
   std::vector<IndexPoint> load_index(std::uint64_t seq) const;
+  // The first retained segment that `reaches` (its last entry is at or past the target), and
+  // in it the last index point `before` the target.
+  Position seek_first(const std::function<bool(const SegmentInfo&)>& reaches,
+                      const std::function<bool(const IndexPoint&)>& before) const;
   Result<Position> seek(Lsn start) const;
   Result<Position> seek_time(std::int64_t time) const;
 
