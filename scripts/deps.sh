@@ -5,12 +5,14 @@
 PGRELAY_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libssl-dev libpq-dev libcli11-dev libidn-dev libicu-dev nlohmann-json3-dev
+  libasio-dev libpg-query-dev libprotobuf-c-dev
 )
 # Additional packages to build and run every test, fuzzer and benchmark.
 PGRELAY_TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   postgresql-15 postgresql-client-15
+  python3-psycopg2
 )
 
 pgrelay_missing_packages() {

@@ -118,3 +118,10 @@ class [[nodiscard]] Status {
     auto&& pgrelay_try_result_ = (expr);                    \
     if (!pgrelay_try_result_.ok()) return pgrelay_try_result_.error(); \
   } while (0)
+
+// The same inside a coroutine (co_return instead of return).
+#define PGRELAY_CO_TRY(expr)                                              \
+  do {                                                                    \
+    auto&& pgrelay_try_result_ = (expr);                                  \
+    if (!pgrelay_try_result_.ok()) co_return pgrelay_try_result_.error(); \
+  } while (0)

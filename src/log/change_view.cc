@@ -91,7 +91,7 @@ bool TableFilter::matches(const pgoutput::Relation& relation) const {
   if (oids_.count(relation.oid) != 0) return true;
   const std::string& schema =
       relation.namespace_name.empty() ? std::string("pg_catalog") : relation.namespace_name;
-  return names_.count({schema, relation.name}) != 0;
+  return names_.count({schema, relation.name}) != 0 || schemas_.count(schema) != 0;
 }
 
 // --- delta updates ---

@@ -52,12 +52,15 @@ class TableFilter {
   // means schema public.
   Status add_name(std::string_view qualified_name);
   void add_oid(pgoutput::Oid oid) { oids_.insert(oid); }
+  // Every table of a schema, present or future (a publication's FOR TABLES IN SCHEMA).
+  void add_schema(std::string schema) { schemas_.insert(std::move(schema)); }
 
   bool matches(const pgoutput::Relation& relation) const;
 
  private:
   std::set<std::pair<std::string, std::string>> names_;
   std::set<pgoutput::Oid> oids_;
+  std::set<std::string> schemas_;
 };
 
 enum class EmptyTransactions {

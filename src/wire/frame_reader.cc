@@ -125,4 +125,11 @@ Status FrameReader::finish_at_eof() const {
                      detail + " of a message of type " + describe_tag(static_cast<char>(p[0])));
 }
 
+Bytes FrameReader::take_buffered() {
+  Bytes rest(buf_.begin() + static_cast<std::ptrdiff_t>(pos_), buf_.end());
+  buf_.clear();
+  pos_ = 0;
+  return rest;
+}
+
 }  // namespace pgrelay::wire

@@ -64,6 +64,9 @@ class FrameReader {
   // Bytes received but not yet returned as frames (e.g. to detect data sent before a TLS
   // handshake).
   std::size_t buffered() const { return buf_.size() - pos_; }
+  // Removes and returns the bytes fed but not yet returned as frames (a relay that stops
+  // parsing forwards them as they are).
+  Bytes take_buffered();
 
  private:
   std::size_t header_size() const { return phase_ == Phase::kStartup ? 4 : 5; }

@@ -1,0 +1,58 @@
+// What replication sessions share: the log, the slots, running walsenders, the capture link.
+#include "server/replication_hub.h"
+
+namespace pgrelay::server {
+
+ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking,
+                               log::ChangeLog& log, log::SlotRegistry& slots,
+                               CaptureLink* capture, upstream::UpstreamConfig upstream)
+    : executor_(std::move(executor)),
+      blocking_(blocking),
+      log_(log),
+      slots_(slots),
+      capture_(capture),
+      upstream_(std::move(upstream)) {
+  // The log calls this from the appending thread; hop to the executor before touching timers.
+  std::weak_ptr<bool> alive = alive_;
+  log_.on_visible([this, alive, executor = executor_] {
+    asio::post(executor, [this, alive] {
+      if (alive.lock()) wake_all();
+    });
+  });
+}
+
+ReplicationHub::~ReplicationHub() { alive_.reset(); }
+
+void ReplicationHub::wake_all() {
+  for (auto* timer : watchers_) timer->cancel();
+}
+
+void ReplicationHub::add_walsender(const WalsenderInfo& info, std::function<void()> terminate) {
+  walsenders_[info.pid] = Running{info, std::move(terminate)};
+  changed();
+}
+
+void ReplicationHub::update_walsender(const WalsenderInfo& info) {
+  auto it = walsenders_.find(info.pid);
+  if (it != walsenders_.end()) it->second.info = info;
+}
+
+void ReplicationHub::remove_walsender(int pid) {
+  if (walsenders_.erase(pid)) changed();
+}
+
+std::vector<WalsenderInfo> ReplicationHub::walsenders() const {
+  std::vector<WalsenderInfo> out;
+  for (const auto& [pid, running] : walsenders_) out.push_back(running.info);
+  return out;
+}
+
+bool ReplicationHub::terminate(int pid) {
+  auto it = walsenders_.find(pid);
+  if (it == walsenders_.end()) return false;
+  auto terminate = it->second.terminate;
+  if (terminate) terminate();
+  return true;
+}
+
+}  // namespace pgrelay::server

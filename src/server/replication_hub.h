@@ -1,0 +1,112 @@
+// What replication sessions share: the log, the slots, running walsenders, the capture link.
+#pragma once
+
+#include <asio.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "base/result.h"
+#include "log/change_log.h"
+#include "log/slots.h"
+#include "upstream/upstream_config.h"
+
+namespace pgrelay::server {
+
+using wire::Lsn;
+
+// A snapshot exported by an upstream transaction that stays open while `holder` lives.
+struct ExportedSnapshot {
+  std::shared_ptr<void> holder;
+  std::string name;        // for SET TRANSACTION SNAPSHOT
+  Lsn consistent_point;    // everything the snapshot sees is at or before it in the log
+};
+
+// The capture as replication sessions see it; the command line wires the real one in.
+class CaptureLink {
+ public:
+  virtual ~CaptureLink() = default;
+  // Blocking: exports an upstream snapshot at a capture batch boundary.
+  virtual Result<ExportedSnapshot> export_snapshot() = 0;
+  // Blocking: returns once everything committed upstream before the call is in the log.
+  virtual Result<Lsn> sync() = 0;
+};
+
+// pg_stat_replication's view of one walsender.
+struct WalsenderInfo {
+  int pid = 0;
+  std::string slot;
+  std::string user;
+  std::string application_name;
+  std::string client_addr;
+  std::int64_t backend_start = 0;  // µs since 2000-01-01
+  std::string state = "startup";  // startup, catchup, streaming, stopping
+  Lsn sent, write, flush, replay;
+  std::int64_t reply_time = 0;
+};
+
+// Walsender pids are above any real backend pid so that pg_terminate_backend can tell them apart.
+inline constexpr int kFirstWalsenderPid = 1 << 30;
+
+class ReplicationHub {
+ public:
+  ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking, log::ChangeLog& log,
+                 log::SlotRegistry& slots, CaptureLink* capture,
+                 upstream::UpstreamConfig upstream);
+  ~ReplicationHub();
+  ReplicationHub(const ReplicationHub&) = delete;
+  ReplicationHub& operator=(const ReplicationHub&) = delete;
+
+  log::ChangeLog& log() { return log_; }
+  log::SlotRegistry& slots() { return slots_; }
+  CaptureLink* capture() { return capture_; }
+  asio::thread_pool& blocking() { return blocking_; }
+  const upstream::UpstreamConfig& upstream() const { return upstream_; }
+
+  int allocate_pid() { return next_pid_++; }
+
+  // Walsenders wait on their own timer; the hub cancels every registered timer when the log
+  // grows, which wakes them. Call from the executor's thread.
+  void watch(asio::steady_timer* timer) { watchers_.insert(timer); }
+  void unwatch(asio::steady_timer* timer) { watchers_.erase(timer); }
+
+  // Running walsenders, for pg_stat_replication and pg_terminate_backend.
+  void add_walsender(const WalsenderInfo& info, std::function<void()> terminate);
+  void update_walsender(const WalsenderInfo& info);
+  void remove_walsender(int pid);
+  std::vector<WalsenderInfo> walsenders() const;
+  // Ends the walsender with this pid; false if there is none.
+  bool terminate(int pid);
+
+  // Called (on the executor) after slots or walsenders changed, e.g. to refresh the upstream
+  // mirror of pg_replication_slots.
+  void on_change(std::function<void()> listener) { change_listener_ = std::move(listener); }
+  void changed() {
+    if (change_listener_) change_listener_();
+  }
+
+ private:
+  void wake_all();
+
+  asio::any_io_executor executor_;
+  asio::thread_pool& blocking_;
+  log::ChangeLog& log_;
+  log::SlotRegistry& slots_;
+  CaptureLink* capture_;
+  upstream::UpstreamConfig upstream_;
+  int next_pid_ = kFirstWalsenderPid;
+  std::set<asio::steady_timer*> watchers_;
+  struct Running {
+    WalsenderInfo info;
+    std::function<void()> terminate;
+  };
+  std::map<int, Running> walsenders_;
+  std::function<void()> change_listener_;
+  // Keeps log callbacks from touching a destroyed hub.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace pgrelay::server

@@ -1,0 +1,463 @@
+// Replication connections (replication=database): replication commands answered by pgrelay,
+// SQL relayed to an upstream backend.
+//
+// Like a walsender, the session answers one simple Query at a time. A replication command is
+// executed here against the log and the slot registry; anything else is SQL and goes to an
+// upstream backend opened for the session (SET, SHOW, SELECT on pg_settings...), rewritten
+// like pass-through SQL. An exported snapshot lives until the next command, as in Postgres.
+#include "server/replication_session.h"
+
+#include <libpq-fe.h>
+
+#include "server/blocking.h"
+#include "server/command_result.h"
+#include "server/publications.h"
+#include "server/walsender.h"
+#include "upstream/upstream_login.h"
+#include "wire/frontend_messages.h"
+
+namespace pgrelay::server {
+namespace {
+
+using pgoutput::ReplicationCommand;
+
+std::string slot_not_found(const std::string& name) {
+  return "replication slot \"" + name + "\" does not exist";
+}
+
+class ReplicationSession {
+ public:
+  ReplicationSession(upstream::MessageStream& client, const wire::StartupMessage& startup,
+                     const User& user, ServerContext& context)
+      : client_(client), startup_(startup), user_(user), context_(context), hub_(*context.hub) {
+    pid_ = hub_.allocate_pid();
+  }
+
+  upstream::awaitable<void> run();
+
+ private:
+  upstream::awaitable<Status> command_loop();
+  upstream::awaitable<Status> execute(const ReplicationCommand& command, Bytes& out);
+  // Sends `sql` to the upstream backend and relays its answer (the closing ReadyForQuery only
+  // when `include_ready`).
+  upstream::awaitable<Status> relay_sql(const std::string& sql, bool include_ready = true);
+  upstream::awaitable<Status> start_replication(const pgoutput::StartReplication& command,
+                                                Bytes& out);
+  upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
+                                          Bytes& out);
+  upstream::awaitable<Status> drop_slot(const pgoutput::DropReplicationSlot& command, Bytes& out);
+  Status identify_system(Bytes& out);
+  void cleanup();
+
+  upstream::MessageStream& client_;
+  const wire::StartupMessage& startup_;
+  const User& user_;
+  ServerContext& context_;
+  ReplicationHub& hub_;
+  int pid_ = 0;
+  std::optional<upstream::UpstreamLink> sql_;  // the upstream backend for SQL
+  std::shared_ptr<void> exported_snapshot_;    // held until the next command
+  std::vector<std::string> temporary_slots_;
+  char transaction_status_ = 'I';
+};
+
+upstream::awaitable<void> ReplicationSession::run() {
+  // The SQL backend first: it proves the database exists and gives real ParameterStatus values.
+  std::vector<std::pair<std::string, std::string>> parameters;
+  for (const auto& [name, value] : startup_.parameters) {
+    if (name != "user" && name != "database" && name != "replication") {
+      parameters.emplace_back(name, value);
+    }
+  }
+  auto link = co_await upstream::connect_upstream(
+      context_.upstream, std::string(startup_.database()), parameters, context_.upstream_tls);
+  if (!link.ok()) {
+    Bytes fatal = wire::encode(wire::make_error_response(link.error(), wire::Severity::kFatal));
+    (void)co_await client_.write(fatal);
+    co_return;
+  }
+  sql_.emplace(std::move(*link));
+  Bytes hello;
+  for (const auto& [name, value] : sql_->parameters) {
+    Bytes status = wire::encode(wire::ParameterStatus{name, value});
+    hello.insert(hello.end(), status.begin(), status.end());
+  }
+  wire::BackendKeyData key = context_.cancels.issue(pid_, std::nullopt);
+  Bytes key_message = wire::encode(key);
+  hello.insert(hello.end(), key_message.begin(), key_message.end());
+  append_ready(hello);
+  if ((co_await client_.write(hello)).ok()) {
+    auto outcome = co_await command_loop();
+    if (!outcome.ok()) {
+      Bytes fatal =
+          wire::encode(wire::make_error_response(outcome.error(), wire::Severity::kFatal));
+      (void)co_await client_.write(fatal);
+    }
+  }
+  context_.cancels.forget(key);
+  cleanup();
+  sql_->stream.transport().close();
+}
+
+void ReplicationSession::cleanup() {
+  exported_snapshot_.reset();
+  for (const auto& name : temporary_slots_) {
+    (void)hub_.slots().release(name);
+    (void)hub_.slots().drop(name);
+  }
+  if (!temporary_slots_.empty()) hub_.changed();
+}
+
+upstream::awaitable<Status> ReplicationSession::command_loop() {
+  bool skip_to_sync = false;
+  for (;;) {
+    auto frame = co_await client_.read_frame();
+    if (!frame.ok()) co_return Status{};  // the client went away
+    Bytes out;
+    switch (frame->tag) {
+      case 'X':
+        co_return Status{};
+      case 'Q': {
+        skip_to_sync = false;
+        exported_snapshot_.reset();  // a snapshot lives until the next command
+        auto query = wire::parse_query(frame->body);
+        if (!query.ok()) co_return query.error();
+        if (!pgoutput::is_replication_command(query->sql)) {
+          PGRELAY_CO_TRY(co_await relay_sql(query->sql));
+          continue;
+        }
+        auto command = pgoutput::parse_replication_command(query->sql);
+        if (!command.ok()) {
+          append_error(out, command.error());
+        } else {
+          for (const auto& notice : command->notices) {
+            append_notice(out, Error::make(notice.sqlstate.c_str(), notice.message));
+          }
+          auto done = co_await execute(*command, out);
+          if (!done.ok()) {
+            if (done.error().sqlstate == "08006" || done.error().sqlstate == "57P01") {
+              co_return done.error();
+            }
+            append_error(out, done.error());
+          }
+        }
+        append_ready(out, transaction_status_);
+        break;
+      }
+      case 'S':
+        if (skip_to_sync) {
+          skip_to_sync = false;
+          append_ready(out, transaction_status_);
+        }
+        break;
+      case 'P':
+      case 'B':
+      case 'D':
+      case 'E':
+      case 'C':
+      case 'H':
+      case 'F':
+        if (!skip_to_sync) {
+          append_error(out, Error::protocol(
+                                "extended query protocol not supported in a replication connection",
+                                "Use the simple query protocol on replication connections."));
+          skip_to_sync = true;
+        }
+        break;
+      default:
+        co_return Error::protocol("invalid frontend message type " +
+                                  std::to_string(static_cast<unsigned char>(frame->tag)));
+    }
+    if (!out.empty()) PGRELAY_CO_TRY(co_await client_.write(out));
+  }
+}
+
+upstream::awaitable<Status> ReplicationSession::relay_sql(const std::string& sql,
+                                                        bool include_ready) {
+  std::string text = sql;
+  if (context_.rewrite) {
+    if (auto rewritten = context_.rewrite(sql)) text = *rewritten;
+  }
+  Bytes query = wire::encode(wire::Query{text});
+  PGRELAY_CO_TRY(co_await sql_->stream.write(query));
+  Bytes out;
+  for (;;) {
+    auto frame = co_await sql_->stream.read_frame();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->tag == 'Z') {
+      if (!frame->body.empty()) transaction_status_ = static_cast<char>(frame->body[0]);
+      if (include_ready) {
+        Bytes ready = upstream::encode_frame(frame->tag, frame->body);
+        out.insert(out.end(), ready.begin(), ready.end());
+      }
+      break;
+    }
+    Bytes encoded = upstream::encode_frame(frame->tag, frame->body);
+    out.insert(out.end(), encoded.begin(), encoded.end());
+    if (frame->tag == 'G') {
+      co_return Error::make(sqlstate::kFeatureNotSupported,
+                            "COPY FROM STDIN is not supported on replication connections",
+                            "Run COPY on an ordinary connection.");
+    }
+    if (out.size() > 64 * 1024) {
+      PGRELAY_CO_TRY(co_await client_.write(out));
+      out.clear();
+    }
+  }
+  co_return co_await client_.write(out);
+}
+
+upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand& command,
+                                                        Bytes& out) {
+  if (auto* start = std::get_if<pgoutput::StartReplication>(&command.command)) {
+    co_return co_await start_replication(*start, out);
+  }
+  if (auto* create = std::get_if<pgoutput::CreateReplicationSlot>(&command.command)) {
+    co_return co_await create_slot(*create, out);
+  }
+  if (auto* drop = std::get_if<pgoutput::DropReplicationSlot>(&command.command)) {
+    co_return co_await drop_slot(*drop, out);
+  }
+  if (command.is<pgoutput::IdentifySystem>()) co_return identify_system(out);
+  if (auto* show = std::get_if<pgoutput::Show>(&command.command)) {
+    // The replication settings pgrelay owns; anything else is the upstream's.
+    const auto& s = context_.settings;
+    std::optional<std::string> value;
+    if (show->name == "wal_level") value = "logical";
+    if (show->name == "max_wal_senders") value = std::to_string(s.max_wal_senders);
+    if (show->name == "max_replication_slots") value = std::to_string(s.max_replication_slots);
+    if (show->name == "wal_sender_timeout") {
+      value = std::to_string(s.wal_sender_timeout.count() / 1000) + "s";
+    }
+    if (value) {
+      append_result(out, {{show->name}}, {{value}}, "SHOW");
+      co_return Status{};
+    }
+    // The upstream's answer to the same SHOW is what the client expects.
+    PGRELAY_CO_TRY(co_await client_.write(out));
+    out.clear();
+    std::string sql = "SHOW " + show->name;
+    co_return co_await relay_sql(sql, /*include_ready=*/false);
+  }
+  if (auto* read = std::get_if<pgoutput::ReadReplicationSlot>(&command.command)) {
+    auto slot = hub_.slots().get(read->slot_name);
+    if (slot) {
+      co_return Error::make(sqlstate::kFeatureNotSupported,
+                            "cannot use READ_REPLICATION_SLOT with a logical replication slot");
+    }
+    append_result(out, {{"slot_type"}, {"restart_lsn"}, {"restart_tli", kInt8Oid, 8}},
+                  {{std::nullopt, std::nullopt, std::nullopt}}, "READ_REPLICATION_SLOT");
+    co_return Status{};
+  }
+  if (command.is<pgoutput::TimelineHistory>()) {
+    co_return Error::make("58P01", "could not open file \"pg_wal/00000001.history\": No such file or directory",
+                          "pgrelay's timeline is always 1 and has no history.");
+  }
+  if (command.is<pgoutput::AlterReplicationSlot>()) {
+    co_return Error::make(sqlstate::kSyntaxError,
+                          "ALTER_REPLICATION_SLOT is not supported by PostgreSQL 15",
+                          "Drop and create the slot with the options you need.");
+  }
+  co_return Error::make(sqlstate::kFeatureNotSupported, "unsupported replication command");
+}
+
+Status ReplicationSession::identify_system(Bytes& out) {
+  Lsn head = hub_.log().last_end_lsn();
+  append_result(out,
+                {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
+                {{std::to_string(hub_.log().system_id()), "1", head.to_string(),
+                  std::string(startup_.database())}},
+                "IDENTIFY_SYSTEM");
+  return {};
+}
+
+upstream::awaitable<Status> ReplicationSession::create_slot(
+    const pgoutput::CreateReplicationSlot& command, Bytes& out) {
+  if (command.kind == pgoutput::SlotKind::kPhysical) {
+    co_return Error::make(sqlstate::kFeatureNotSupported,
+                          "pgrelay does not serve physical replication",
+                          "Create a LOGICAL slot with the pgoutput plugin.");
+  }
+  if (command.plugin != "pgoutput") {
+    co_return Error::make("58P01",
+                          "could not access file \"" + command.plugin +
+                              "\": No such file or directory",
+                          "pgrelay provides the pgoutput plugin only.");
+  }
+  PGRELAY_CO_TRY(log::validate_slot_name(command.slot_name));
+  if (hub_.slots().get(command.slot_name)) {
+    co_return Error::make(sqlstate::kDuplicateObject,
+                          "replication slot \"" + command.slot_name + "\" already exists");
+  }
+  if (command.snapshot == pgoutput::SnapshotAction::kUse && transaction_status_ != 'T') {
+    co_return Error::make(sqlstate::kInternalError,
+                          "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'use') must be called inside a "
+                          "transaction");
+  }
+  if (command.snapshot != pgoutput::SnapshotAction::kNothing && transaction_status_ == 'T' &&
+      command.snapshot == pgoutput::SnapshotAction::kExport) {
+    co_return Error::make(sqlstate::kInternalError,
+                          "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export') must not be called "
+                          "inside a transaction");
+  }
+  CaptureLink* capture = hub_.capture();
+  if (!capture) {
+    co_return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                          "pgrelay has no capture running, so it cannot create a slot");
+  }
+  std::optional<ExportedSnapshot> snapshot;
+  Lsn consistent_point;
+  if (command.snapshot == pgoutput::SnapshotAction::kNothing) {
+    auto synced = co_await run_blocking(hub_.blocking(), [capture] { return capture->sync(); });
+    if (!synced.ok()) co_return synced.error();
+    consistent_point = *synced;
+  } else {
+    auto exported =
+        co_await run_blocking(hub_.blocking(), [capture] { return capture->export_snapshot(); });
+    if (!exported.ok()) co_return exported.error();
+    snapshot = std::move(*exported);
+    consistent_point = snapshot->consistent_point;
+  }
+
+  log::Slot slot;
+  slot.name = command.slot_name;
+  slot.plugin = command.plugin;
+  slot.database = std::string(startup_.database());
+  slot.temporary = command.temporary;
+  slot.two_phase = command.two_phase;
+  slot.confirmed_flush = consistent_point;
+  slot.restart_lsn = consistent_point;
+  auto created = co_await run_blocking(hub_.blocking(),
+                                       [&] { return hub_.slots().create(slot); });
+  if (!created.ok()) co_return created.error();
+  if (command.temporary) temporary_slots_.push_back(command.slot_name);
+  hub_.changed();
+
+  std::optional<std::string> snapshot_name;
+  if (snapshot && command.snapshot == pgoutput::SnapshotAction::kUse) {
+    // Make the session's open transaction see exactly the slot's starting point.
+    // The result of the SET is not the client's to see: run it on the side.
+    Bytes import = wire::encode(wire::Query{"SET TRANSACTION SNAPSHOT '" + snapshot->name + "'"});
+    PGRELAY_CO_TRY(co_await sql_->stream.write(import));
+    std::optional<Error> failed;
+    for (;;) {
+      auto frame = co_await sql_->stream.read_frame();
+      if (!frame.ok()) co_return frame.error();
+      if (frame->tag == 'E') {
+        if (auto e = wire::parse_error_response(frame->body); e.ok()) failed = e->to_error();
+      }
+      if (frame->tag == 'Z') break;
+    }
+    if (failed) co_return *failed;
+  } else if (snapshot) {
+    snapshot_name = snapshot->name;
+    exported_snapshot_ = snapshot->holder;
+  }
+  append_result(out, {{"slot_name"}, {"consistent_point"}, {"snapshot_name"}, {"output_plugin"}},
+                {{command.slot_name, consistent_point.to_string(), snapshot_name, command.plugin}},
+                "CREATE_REPLICATION_SLOT");
+  co_return Status{};
+}
+
+upstream::awaitable<Status> ReplicationSession::drop_slot(
+    const pgoutput::DropReplicationSlot& command, Bytes& out) {
+  for (;;) {
+    auto slot = hub_.slots().get(command.slot_name);
+    if (!slot) co_return Error::make(sqlstate::kUndefinedObject, slot_not_found(command.slot_name));
+    if (slot->active_pid != 0 && slot->active_pid != pid_) {
+      if (!command.wait) {
+        co_return Error::make(sqlstate::kObjectInUse,
+                              "replication slot \"" + command.slot_name +
+                                  "\" is active for PID " + std::to_string(slot->active_pid));
+      }
+      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(100));
+      co_await timer.async_wait(upstream::kAsTuple);
+      continue;
+    }
+    break;
+  }
+  (void)hub_.slots().release(command.slot_name);
+  auto dropped = co_await run_blocking(hub_.blocking(),
+                                       [&] { return hub_.slots().drop(command.slot_name); });
+  if (!dropped.ok()) co_return dropped.error();
+  std::erase(temporary_slots_, command.slot_name);
+  hub_.changed();
+  append_command_complete(out, "DROP_REPLICATION_SLOT");
+  co_return Status{};
+}
+
+upstream::awaitable<Status> ReplicationSession::start_replication(
+    const pgoutput::StartReplication& command, Bytes& out) {
+  if (command.kind == pgoutput::SlotKind::kPhysical) {
+    co_return Error::make(sqlstate::kFeatureNotSupported,
+                          "pgrelay does not serve physical replication",
+                          "Use START_REPLICATION SLOT name LOGICAL lsn (options).");
+  }
+  const std::string& name = *command.slot_name;
+  auto slot = hub_.slots().get(name);
+  if (!slot) co_return Error::make(sqlstate::kUndefinedObject, slot_not_found(name));
+  if (slot->database != startup_.database()) {
+    co_return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                          "replication slot \"" + name + "\" was not created in this database");
+  }
+  PGRELAY_CO_TRY(hub_.slots().check_usable(name));
+  auto options = pgoutput::pgoutput_options_for_start(command.options);
+  if (!options.ok()) co_return options.error();
+  if (options->binary) {
+    co_return Error::make(sqlstate::kFeatureNotSupported,
+                          "pgrelay cannot send values in binary format",
+                          "pgrelay keeps Postgres's text output of every value; start replication "
+                          "without binary 'true'.");
+  }
+  PGRELAY_CO_TRY(hub_.slots().acquire(name, pid_));
+
+  auto conninfo = context_.upstream.conninfo(startup_.database());
+  auto view = co_await run_blocking(hub_.blocking(), [&]() -> Result<log::ViewOptions> {
+    PGconn* conn = PQconnectdb(conninfo.c_str());
+    if (PQstatus(conn) != CONNECTION_OK) {
+      std::string message = PQerrorMessage(conn);
+      PQfinish(conn);
+      return Error::make("08006", "could not connect to the upstream: " + message);
+    }
+    auto result = load_publication_view(conn, options->publication_names, options->messages);
+    PQfinish(conn);
+    return result;
+  });
+  if (!view.ok()) {
+    (void)hub_.slots().release(name);
+    co_return view.error();
+  }
+  hub_.changed();
+
+  WalsenderParams params;
+  params.slot = name;
+  params.requested_start = command.start;
+  params.options = *options;
+  params.view = std::move(*view);
+  params.timeout = context_.settings.wal_sender_timeout;
+  params.info.pid = pid_;
+  params.info.user = user_.name;
+  if (auto app = startup_.find("application_name")) params.info.application_name = *app;
+  if (auto peer = client_.transport().peer_address()) params.info.client_addr = peer->to_string();
+  params.info.backend_start = log::now_pg_micros();
+  auto streamed = co_await run_walsender(client_, hub_, std::move(params));
+  (void)hub_.slots().release(name);
+  (void)hub_.slots().flush();
+  hub_.changed();
+  if (!streamed.ok()) co_return streamed;
+  // After CopyDone: the COPY ends, then the command, as Postgres's walsender reports them.
+  append_command_complete(out, "COPY 0");
+  append_command_complete(out, "START_REPLICATION");
+  co_return Status{};
+}
+
+}  // namespace
+
+upstream::awaitable<void> run_replication_session(upstream::MessageStream& client,
+                                                  const wire::StartupMessage& startup,
+                                                  const User& user, ServerContext& context) {
+  ReplicationSession session(client, startup, user, context);
+  co_await session.run();
+}
+
+}  // namespace pgrelay::server

@@ -1,0 +1,193 @@
+// The listener: accepts connections, negotiates TLS, authenticates, and starts each session.
+#include "server/server.h"
+
+#include "server/pass_through.h"
+#include "server/replication_session.h"
+#include "upstream/message_stream.h"
+#include "upstream/upstream_login.h"
+#include "wire/startup.h"
+
+namespace pgrelay::server {
+namespace {
+
+upstream::awaitable<void> send_fatal(upstream::MessageStream& stream, const Error& error) {
+  Bytes message = wire::encode(wire::make_error_response(error, wire::Severity::kFatal));
+  (void)co_await stream.write(message);
+}
+
+}  // namespace
+
+Result<upstream::tcp::endpoint> Server::listen(const std::string& host, int port) {
+  std::error_code ec;
+  auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "invalid listen address \"" + host + "\"",
+                       "Give an IP address, e.g. --listen 127.0.0.1:5433 or --listen 0.0.0.0:5433.");
+  }
+  upstream::tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  auto acceptor = std::make_unique<upstream::tcp::acceptor>(io_);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(upstream::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Error::make("08006",
+                       "could not listen on " + host + ":" + std::to_string(port) + ": " +
+                           ec.message(),
+                       "Is another server (or pgrelay) using that port? Choose another with "
+                       "--listen HOST:PORT.");
+  }
+  auto bound = acceptor->local_endpoint(ec);
+  acceptors_.push_back(std::move(acceptor));
+  return bound;
+}
+
+void Server::start() {
+  for (auto& acceptor : acceptors_) {
+    asio::co_spawn(io_, accept_loop(*acceptor), asio::detached);
+  }
+}
+
+void Server::stop() {
+  stopping_ = true;
+  for (auto& acceptor : acceptors_) {
+    std::error_code ignored;
+    acceptor->close(ignored);
+  }
+  for (auto* transport : *sessions_) transport->close();
+}
+
+upstream::awaitable<void> Server::accept_loop(upstream::tcp::acceptor& acceptor) {
+  while (!stopping_) {
+    auto [ec, socket] = co_await acceptor.async_accept(upstream::kAsTuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopping_) co_return;
+      // Out of file descriptors and the like: back off a little instead of spinning.
+      asio::steady_timer pause(io_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(upstream::kAsTuple);
+      continue;
+    }
+    std::error_code ignored;
+    socket.set_option(upstream::tcp::no_delay(true), ignored);
+    asio::co_spawn(io_, serve_connection(std::move(socket)), asio::detached);
+  }
+}
+
+upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket) {
+  upstream::MessageStream stream(upstream::Transport(std::move(socket)),
+                                 wire::FrameReader::Phase::kStartup);
+  sessions_->insert(&stream.transport());
+  struct Untrack {
+    std::shared_ptr<std::set<upstream::Transport*>> sessions;
+    upstream::Transport* transport;
+    ~Untrack() { sessions->erase(transport); }
+  } untrack{sessions_, &stream.transport()};
+
+  std::optional<wire::StartupMessage> startup;
+  while (!startup) {
+    auto frame = co_await stream.read_frame();
+    if (!frame.ok()) {
+      // A client that vanished mid-startup deserves no answer; a malformed packet gets one.
+      if (frame.error().sqlstate == sqlstate::kProtocolViolation) {
+        co_await send_fatal(stream, frame.error());
+      }
+      co_return;
+    }
+    auto packet = wire::parse_startup_packet(frame->body);
+    if (!packet.ok()) {
+      co_await send_fatal(stream, packet.error());
+      co_return;
+    }
+    if (std::holds_alternative<wire::SSLRequest>(*packet)) {
+      if (stream.reader().buffered() != 0) {
+        // Bytes sent before our answer could be injected by a man in the middle.
+        {
+          const Error fatal = Error::protocol("received unencrypted data after SSL request");
+          co_await send_fatal(stream, fatal);
+        }
+        co_return;
+      }
+      bool tls = context_.server_tls != nullptr && !stream.transport().is_tls();
+      std::uint8_t answer = tls ? 'S' : 'N';
+      if (!(co_await stream.transport().write_all(ByteView(&answer, 1))).ok()) co_return;
+      if (tls && !(co_await stream.transport().start_tls(*context_.server_tls,
+                                                         asio::ssl::stream_base::server))
+                      .ok()) {
+        co_return;
+      }
+      continue;
+    }
+    if (std::holds_alternative<wire::GSSENCRequest>(*packet)) {
+      std::uint8_t answer = 'N';
+      if (!(co_await stream.transport().write_all(ByteView(&answer, 1))).ok()) co_return;
+      continue;
+    }
+    if (auto* cancel = std::get_if<wire::CancelRequest>(&*packet)) {
+      if (auto target = context_.cancels.lookup(cancel->pid, cancel->secret_key)) {
+        (void)co_await upstream::cancel_upstream(context_.upstream, *target);
+      }
+      co_return;  // Postgres answers a cancel request by closing, whatever happened
+    }
+    startup = std::get<wire::StartupMessage>(std::move(*packet));
+  }
+
+  if (startup->version.major != 3) {
+    {
+      const Error fatal = wire::unsupported_protocol_error(startup->version);
+      co_await send_fatal(stream, fatal);
+    }
+    co_return;
+  }
+  if (wire::needs_protocol_negotiation(*startup)) {
+    Bytes negotiate = wire::encode(wire::make_negotiate_protocol_version(*startup));
+    if (!(co_await stream.write(negotiate)).ok()) {
+      co_return;
+    }
+  }
+  auto mode = startup->replication_mode();
+  if (!mode.ok()) {
+    co_await send_fatal(stream, mode.error());
+    co_return;
+  }
+  if (*mode == wire::ReplicationMode::kPhysical) {
+    {
+      const Error fatal = Error::make(sqlstate::kFeatureNotSupported,
+                                    "pgrelay does not serve physical replication",
+                                    "Connect with replication=database for logical replication.");
+      co_await send_fatal(stream, fatal);
+    }
+    co_return;
+  }
+  stream.reader().set_phase(wire::FrameReader::Phase::kRegular);
+  auto user = co_await authenticate(stream, *startup, context_.auth);
+  if (!user.ok()) {
+    co_await send_fatal(stream, user.error());
+    co_return;
+  }
+  if (*mode == wire::ReplicationMode::kLogical) {
+    if (!(*user)->replication) {
+      {
+        const Error fatal = Error::make(sqlstate::kInsufficientPrivilege,
+                              "must be superuser or replication role to start walsender",
+                              "Give the user the replication right in pgrelay's user list.");
+        co_await send_fatal(stream, fatal);
+      }
+      co_return;
+    }
+    if (!context_.hub) {
+      {
+        const Error fatal = Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                                              "this pgrelay serves no replication");
+        co_await send_fatal(stream, fatal);
+      }
+      co_return;
+    }
+    co_await run_replication_session(stream, *startup, **user, context_);
+  } else {
+    co_await run_pass_through(stream, *startup, context_);
+  }
+  stream.transport().close();
+}
+
+}  // namespace pgrelay::server

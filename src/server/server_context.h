@@ -1,0 +1,56 @@
+// What every session of one server shares: settings, authentication, upstream, replication.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "server/auth.h"
+#include "server/replication_hub.h"
+#include "upstream/upstream_config.h"
+#include "wire/backend_messages.h"
+
+namespace pgrelay::server {
+
+// Values pgrelay reports for the replication settings it owns.
+struct ReplicationSettings {
+  std::chrono::milliseconds wal_sender_timeout{60000};
+  int max_wal_senders = 10;
+  int max_replication_slots = 10;
+};
+
+// Maps the cancel keys pgrelay hands out to what they cancel.
+class CancelRegistry {
+ public:
+  // A fresh random secret for `pid`, remembered with the upstream key it stands for (nullopt
+  // for sessions pgrelay answers itself).
+  wire::BackendKeyData issue(int pid, std::optional<wire::BackendKeyData> upstream);
+  void forget(const wire::BackendKeyData& key);
+  // The upstream key behind a client's CancelRequest, if the key is one we issued.
+  std::optional<wire::BackendKeyData> lookup(int pid, int secret) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<int, int>, std::optional<wire::BackendKeyData>> keys_;
+};
+
+// Rewrites a statement that names virtualized catalog objects; nullopt leaves it unchanged.
+using SqlRewrite = std::function<std::optional<std::string>(std::string_view)>;
+
+struct ServerContext {
+  upstream::UpstreamConfig upstream;
+  asio::ssl::context* upstream_tls = nullptr;  // client side, for sslmode
+  asio::ssl::context* server_tls = nullptr;    // our side; nullptr answers SSLRequest with N
+  AuthConfig auth;
+  ReplicationHub* hub = nullptr;
+  SqlRewrite rewrite;
+  CancelRegistry cancels;
+  ReplicationSettings settings;
+};
+
+}  // namespace pgrelay::server

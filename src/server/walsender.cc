@@ -1,0 +1,273 @@
+// Streams a slot's changes from the log to one consumer, as Postgres's logical walsender does.
+//
+// Two coroutines share the session: the sender below reads the log and writes frames; a reader
+// handles what the consumer sends (standby status, CopyDone). They meet in WalsenderState and
+// the sender's timer, which the reader, the log (through the hub) and pg_terminate_backend
+// cancel to wake it.
+#include "server/walsender.h"
+
+#include <unordered_map>
+
+#include "pgoutput/encoder.h"
+#include "wire/backend_messages.h"
+#include "wire/replication_frames.h"
+
+namespace pgrelay::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Flush the write buffer at this size so memory stays bounded however far behind a consumer is.
+constexpr std::size_t kWriteChunk = 256 * 1024;
+
+struct WalsenderState {
+  explicit WalsenderState(asio::any_io_executor executor) : wake(executor) {}
+  asio::steady_timer wake;
+  bool copy_done = false;        // the consumer sent CopyDone
+  bool reply_requested = false;  // the consumer asked for a keepalive
+  bool reader_finished = false;
+  bool terminated = false;  // pg_terminate_backend
+  std::optional<Error> reader_error;
+  Clock::time_point last_reply = Clock::now();
+  Lsn write, flush, apply;
+  std::int64_t reply_time = 0;
+};
+
+void append_copy_data(Bytes& out, const Bytes& payload) {
+  wire::CopyData data{payload};
+  Bytes frame = wire::encode(data);
+  out.insert(out.end(), frame.begin(), frame.end());
+}
+
+void append_xlog(Bytes& out, Lsn lsn, const pgoutput::Message& message) {
+  wire::XLogData x;
+  x.wal_start = lsn;
+  x.wal_end = lsn;
+  x.send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  x.data = pgoutput::encode(message);
+  append_copy_data(out, wire::encode(x));
+}
+
+void append_keepalive(Bytes& out, Lsn wal_end, bool reply_requested) {
+  wire::PrimaryKeepalive k;
+  k.wal_end = wal_end;
+  k.send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  k.reply_requested = reply_requested;
+  append_copy_data(out, wire::encode(k));
+}
+
+// Handles the consumer's messages until CopyDone, Terminate, EOF or an error.
+upstream::awaitable<void> read_consumer(upstream::MessageStream& client, ReplicationHub& hub,
+                                        std::string slot, std::shared_ptr<WalsenderState> state) {
+  for (;;) {
+    auto frame = co_await client.read_frame();
+    if (!frame.ok()) {
+      state->reader_error = frame.error();
+      break;
+    }
+    if (frame->tag == 'd') {
+      auto parsed = wire::parse_from_client(frame->body);
+      if (!parsed.ok()) {
+        state->reader_error = parsed.error();
+        break;
+      }
+      if (auto* status = std::get_if<wire::StandbyStatusUpdate>(&*parsed)) {
+        state->last_reply = Clock::now();
+        state->write = status->write;
+        state->flush = status->flush;
+        state->apply = status->apply;
+        state->reply_time = status->send_time;
+        // Only flush moves the slot, and only forward (the registry ignores older positions).
+        if (status->flush.is_valid()) {
+          auto confirmed = hub.slots().confirm(slot, status->flush);
+          if (!confirmed.ok()) {
+            state->reader_error = confirmed.error();
+            break;
+          }
+        }
+        if (status->reply_requested) {
+          state->reply_requested = true;
+          state->wake.cancel();
+        }
+      } else {
+        state->last_reply = Clock::now();  // hot standby feedback: alive, nothing to apply
+      }
+    } else if (frame->tag == 'c') {
+      state->copy_done = true;
+      break;
+    } else if (frame->tag == 'X') {
+      state->reader_error = Error::make("08006", "the consumer terminated the connection");
+      break;
+    } else {
+      state->reader_error = Error::protocol("unexpected message type \"" +
+                                            std::string(1, frame->tag) + "\" during COPY");
+      break;
+    }
+  }
+  state->reader_finished = true;
+  state->wake.cancel();
+}
+
+// Sends one log entry through the session's view; `sent_relations` remembers what the
+// consumer already knows so a Relation goes out only when it is new or changed, as pgoutput
+// does with its per-session relation cache.
+Status append_entry(log::Cursor& cursor, const log::EntryMeta& meta, log::ChangeView& view,
+                    std::unordered_map<pgoutput::Oid, pgoutput::Relation>& sent_relations,
+                    Bytes& out) {
+  view.start(meta);
+  log::ViewReader reader(view, cursor, meta);
+  bool transactional = meta.kind == log::EntryKind::kTransaction;
+  bool begun = false;
+  for (;;) {
+    auto change = reader.next();
+    if (!change.ok()) return change.error();
+    if (!change->has_value()) break;
+    log::Change& c = **change;
+    if (transactional && !begun) {
+      append_xlog(out, meta.begin_lsn,
+                  pgoutput::Begin{meta.commit_lsn, meta.commit_time, meta.xid});
+      if (!meta.origin.empty()) {
+        append_xlog(out, meta.begin_lsn, pgoutput::Origin{meta.origin_lsn, meta.origin});
+      }
+      begun = true;
+    }
+    if (auto* rel = std::get_if<pgoutput::Relation>(&c.message)) {
+      auto known = sent_relations.find(rel->oid);
+      if (known != sent_relations.end() && known->second == *rel) continue;
+      sent_relations[rel->oid] = *rel;
+    }
+    append_xlog(out, c.lsn, log::to_message(std::move(c.message)));
+  }
+  if (transactional && reader.send_entry()) {
+    if (!begun) {
+      append_xlog(out, meta.begin_lsn,
+                  pgoutput::Begin{meta.commit_lsn, meta.commit_time, meta.xid});
+    }
+    append_xlog(out, meta.end_lsn, pgoutput::Commit{meta.commit_lsn, meta.end_lsn, meta.commit_time});
+  }
+  return {};
+}
+
+}  // namespace
+
+upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, ReplicationHub& hub,
+                                          WalsenderParams params) {
+  auto executor = co_await asio::this_coro::executor;
+  auto slot = hub.slots().get(params.slot);
+  if (!slot) {
+    co_return Error::make(sqlstate::kUndefinedObject,
+                          "replication slot \"" + params.slot + "\" does not exist");
+  }
+  Lsn start = std::max(params.requested_start, slot->confirmed_flush);
+  auto cursor = hub.log().open_cursor(start);
+  if (!cursor.ok()) co_return cursor.error();
+
+  Bytes copy_both = wire::encode(wire::CopyBothResponse{});
+  PGRELAY_CO_TRY(co_await client.write(copy_both));
+
+  auto state = std::make_shared<WalsenderState>(executor);
+  WalsenderInfo info = params.info;
+  info.slot = params.slot;
+  info.state = "catchup";
+  info.sent = start;
+  hub.add_walsender(info, [state] {
+    state->terminated = true;
+    state->wake.cancel();
+  });
+  hub.watch(&state->wake);
+  asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
+
+  log::ChangeView view(params.view);
+  std::unordered_map<pgoutput::Oid, pgoutput::Relation> sent_relations;
+  Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
+  Clock::time_point last_ping = Clock::time_point::min();
+  Bytes out;
+  Status outcome;
+  for (;;) {
+    if (state->terminated) {
+      outcome = Error::make("57P01", "terminating connection due to administrator command");
+      break;
+    }
+    if (state->copy_done || state->reader_finished) break;
+    // Read what the log has, a chunk at a time.
+    bool caught_up = false;
+    while (out.size() < kWriteChunk) {
+      auto meta = (*cursor)->next_entry();
+      if (!meta.ok()) {
+        outcome = meta.error();
+        break;
+      }
+      if (!meta->has_value()) {
+        caught_up = true;
+        break;
+      }
+      const log::EntryMeta& m = **meta;
+      if (m.kind == log::EntryKind::kCheckpoint || m.commit_lsn < start) {
+        if (m.end_lsn > sent) sent = m.end_lsn;
+        continue;
+      }
+      auto appended = append_entry(**cursor, m, view, sent_relations, out);
+      if (!appended.ok()) {
+        outcome = appended.error();
+        break;
+      }
+      if (m.end_lsn > sent) sent = m.end_lsn;
+    }
+    if (!outcome.ok()) break;
+    auto now = Clock::now();
+    bool ping = params.timeout.count() > 0 && now - state->last_reply >= params.timeout / 2 &&
+                last_ping < state->last_reply;
+    if (state->reply_requested || ping || (caught_up && out.empty() && info.sent != sent)) {
+      append_keepalive(out, sent, ping);
+      state->reply_requested = false;
+      if (ping) last_ping = now;
+    }
+    if (!out.empty()) {
+      auto written = co_await client.write(out);
+      out.clear();
+      if (!written.ok()) {
+        outcome = written.error();
+        break;
+      }
+      info.sent = sent;
+      info.state = caught_up ? "streaming" : "catchup";
+      info.write = state->write;
+      info.flush = state->flush;
+      info.replay = state->apply;
+      info.reply_time = state->reply_time;
+      hub.update_walsender(info);
+    }
+    if (!caught_up) continue;
+    if (params.timeout.count() > 0 && now - state->last_reply >= params.timeout) {
+      outcome = Error::make("08006", "terminating walsender process due to replication timeout",
+                            "The consumer sent no standby status for wal_sender_timeout.");
+      break;
+    }
+    // Sleep until the log grows, the consumer speaks, or a keepalive falls due.
+    auto deadline = params.timeout.count() > 0
+                        ? state->last_reply + (last_ping < state->last_reply ? params.timeout / 2
+                                                                              : params.timeout)
+                        : now + std::chrono::hours(1);
+    state->wake.expires_at(std::max(deadline, now + std::chrono::milliseconds(1)));
+    co_await state->wake.async_wait(upstream::kAsTuple);
+  }
+  hub.unwatch(&state->wake);
+  hub.remove_walsender(info.pid);
+
+  if (state->copy_done && outcome.ok()) {
+    // The consumer ended the stream: answer CopyDone as Postgres does.
+    Bytes copy_done = wire::encode(wire::CopyDone{});
+    co_return co_await client.write(copy_done);
+  }
+  // Ending for another reason: stop the reader before the session (and `client`) goes away.
+  client.transport().close();
+  while (!state->reader_finished) {
+    state->wake.expires_after(std::chrono::milliseconds(10));
+    co_await state->wake.async_wait(upstream::kAsTuple);
+  }
+  if (state->reader_error && outcome.ok()) co_return *state->reader_error;
+  if (outcome.ok()) co_return Error::make("08006", "the consumer closed the connection");
+  co_return outcome;
+}
+
+}  // namespace pgrelay::server

@@ -1,0 +1,60 @@
+// A byte stream to a peer, over TCP, a Unix socket or TLS, with errors as values.
+#pragma once
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/ssl.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "base/bytes.h"
+#include "base/result.h"
+
+namespace pgrelay::upstream {
+
+using tcp = asio::ip::tcp;
+using unix_socket = asio::local::stream_protocol;
+template <typename T>
+using awaitable = asio::awaitable<T>;
+// Completion token for coroutines that want error codes as values, not exceptions.
+inline constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+class Transport {
+ public:
+  explicit Transport(tcp::socket socket) : stream_(std::move(socket)) {}
+  explicit Transport(unix_socket::socket socket) : stream_(std::move(socket)) {}
+  Transport(Transport&&) = default;
+  Transport& operator=(Transport&&) = default;
+
+  // Reads what is available (at least one byte); an Error at EOF or on failure.
+  awaitable<Result<std::size_t>> read_some(asio::mutable_buffer buffer);
+  awaitable<Status> write_all(ByteView data);
+
+  // Replaces the TCP stream by TLS over it and runs the handshake. `verify_host` (client side,
+  // verify-full) checks the certificate names that host. 08006 when the handshake fails, or
+  // 0A000 for a Unix socket.
+  awaitable<Status> start_tls(asio::ssl::context& context, asio::ssl::stream_base::handshake_type role,
+                              const std::string& verify_host = {});
+  bool is_tls() const { return std::holds_alternative<std::unique_ptr<TlsStream>>(stream_); }
+  // tls-server-end-point channel binding data (RFC 5929): the hash of our certificate on the
+  // server side, of the peer's on the client side; nullopt without TLS.
+  std::optional<Bytes> channel_binding(bool server_side) const;
+
+  void close();
+  asio::any_io_executor executor();
+  // The peer's address (IP, or "local" for a Unix socket), for authentication rules and logs.
+  std::optional<asio::ip::address> peer_address() const;
+
+ private:
+  using TlsStream = asio::ssl::stream<tcp::socket>;
+  std::variant<tcp::socket, unix_socket::socket, std::unique_ptr<TlsStream>> stream_;
+};
+
+// An Error for a failed network operation, with SQLSTATE 08006 (connection_failure).
+Error network_error(std::string_view what, const std::error_code& ec);
+
+}  // namespace pgrelay::upstream

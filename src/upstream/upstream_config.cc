@@ -1,0 +1,126 @@
+// Where the upstream is and how to log in: parsed once from a libpq URL or conninfo string.
+#include "upstream/upstream_config.h"
+
+#include <libpq-fe.h>
+
+#include <charconv>
+#include <memory>
+#include <string>
+
+namespace pgrelay::upstream {
+namespace {
+
+// libpq's conninfo quoting: single quotes, with backslash escaping quotes and backslashes.
+std::string quote_conninfo_value(std::string_view value) {
+  std::string out = "'";
+  for (char c : value) {
+    if (c == '\'' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+Result<SslMode> parse_sslmode(std::string_view text) {
+  if (text == "disable") return SslMode::kDisable;
+  if (text == "allow") return SslMode::kAllow;
+  if (text == "prefer") return SslMode::kPrefer;
+  if (text == "require") return SslMode::kRequire;
+  if (text == "verify-ca") return SslMode::kVerifyCa;
+  if (text == "verify-full") return SslMode::kVerifyFull;
+  return Error::make(sqlstate::kInvalidParameterValue,
+                     "invalid sslmode value: \"" + std::string(text) + "\"",
+                     "Use disable, allow, prefer, require, verify-ca or verify-full.");
+}
+
+}  // namespace
+
+std::string_view to_string(SslMode mode) {
+  switch (mode) {
+    case SslMode::kDisable: return "disable";
+    case SslMode::kAllow: return "allow";
+    case SslMode::kPrefer: return "prefer";
+    case SslMode::kRequire: return "require";
+    case SslMode::kVerifyCa: return "verify-ca";
+    case SslMode::kVerifyFull: return "verify-full";
+  }
+  return "prefer";
+}
+
+Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
+  char* err = nullptr;
+  std::string text(url_or_conninfo);
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(
+      PQconninfoParse(text.c_str(), &err), &PQconninfoFree);
+  if (!options) {
+    std::string message = err ? err : "out of memory";
+    if (err) PQfreemem(err);
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "invalid upstream connection string: " + message,
+                       "Give a URL such as postgres://user:password@host:5432/dbname.");
+  }
+  // Fill libpq's defaults (environment, local user) for what the string leaves out.
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> defaults(PQconndefaults(),
+                                                                       &PQconninfoFree);
+  auto lookup = [](const PQconninfoOption* list, std::string_view key) -> std::string {
+    for (const PQconninfoOption* o = list; o && o->keyword; ++o) {
+      if (key == o->keyword && o->val) return o->val;
+    }
+    return {};
+  };
+  auto value = [&](std::string_view key) {
+    std::string v = lookup(options.get(), key);
+    if (v.empty() && defaults) v = lookup(defaults.get(), key);
+    return v;
+  };
+
+  UpstreamConfig config;
+  config.host = value("host");
+  if (config.host.empty()) config.host = value("hostaddr");
+  if (config.host.empty()) config.host = "/var/run/postgresql";
+  if (config.host.find(',') != std::string::npos) {
+    return Error::make(sqlstate::kFeatureNotSupported,
+                       "multiple upstream hosts are not supported",
+                       "Give pgrelay the address of the primary only.");
+  }
+  std::string port = value("port");
+  if (!port.empty()) {
+    int p = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (ec != std::errc() || end != port.data() + port.size() || p <= 0 || p > 65535) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         "invalid port number: \"" + port + "\"", "Use a port from 1 to 65535.");
+    }
+    config.port = p;
+  }
+  config.user = value("user");
+  config.password = value("password");
+  config.dbname = value("dbname");
+  if (config.dbname.empty()) config.dbname = config.user;
+  std::string sslmode = value("sslmode");
+  if (!sslmode.empty()) {
+    auto mode = parse_sslmode(sslmode);
+    if (!mode.ok()) return mode.error();
+    config.sslmode = *mode;
+  }
+  config.sslrootcert = lookup(options.get(), "sslrootcert");
+  return config;
+}
+
+std::string UpstreamConfig::conninfo(std::string_view database) const {
+  std::string out = "host=" + quote_conninfo_value(host) +
+                    " port=" + std::to_string(port) + " dbname=" + quote_conninfo_value(database) +
+                    " user=" + quote_conninfo_value(user) +
+                    " sslmode=" + std::string(to_string(sslmode));
+  if (!password.empty()) out += " password=" + quote_conninfo_value(password);
+  if (!sslrootcert.empty()) out += " sslrootcert=" + quote_conninfo_value(sslrootcert);
+  return out;
+}
+
+std::string UpstreamConfig::describe() const {
+  if (is_unix_socket()) return host + "/.s.PGSQL." + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace pgrelay::upstream

@@ -1,0 +1,268 @@
+// Pass-through sessions through pgrelay to a real PostgreSQL 15: protocols, COPY, NOTIFY,
+// errors, authentication, TLS, cancellation, and abuse of the startup path.
+#include <libpq-fe.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "server_fixture.h"
+
+namespace pgrelay::test {
+namespace {
+
+PgServerOptions replica_options() {
+  PgServerOptions options;
+  options.settings["wal_level"] = "replica";
+  return options;
+}
+
+class PassThroughTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_ = new PgServer(replica_options());
+    relay_ = new RelayHarness(*pg_);
+  }
+  static void TearDownTestSuite() {
+    delete relay_;
+    delete pg_;
+  }
+  static PgServer* pg_;
+  static RelayHarness* relay_;
+};
+PgServer* PassThroughTest::pg_ = nullptr;
+RelayHarness* PassThroughTest::relay_ = nullptr;
+
+TEST_F(PassThroughTest, SimpleAndExtendedQueries) {
+  PgConnection conn(relay_->conninfo());
+  EXPECT_EQ(conn.scalar("SELECT 40 + 2"), "42");
+  // Multi-statement simple query: the rows of the last statement.
+  EXPECT_EQ(conn.scalar("SELECT 1; SELECT 'two'"), "two");
+  // Extended protocol with parameters and a named prepared statement.
+  PGresult* prepared = PQprepare(conn.raw(), "add", "SELECT $1::int + $2::int", 2, nullptr);
+  ASSERT_EQ(PQresultStatus(prepared), PGRES_COMMAND_OK) << PQerrorMessage(conn.raw());
+  PQclear(prepared);
+  for (int i = 0; i < 3; ++i) {
+    std::string a = std::to_string(i), b = "10";
+    const char* values[2] = {a.c_str(), b.c_str()};
+    PGresult* res = PQexecPrepared(conn.raw(), "add", 2, values, nullptr, nullptr, 0);
+    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn.raw());
+    EXPECT_EQ(std::string(PQgetvalue(res, 0, 0)), std::to_string(i + 10));
+    PQclear(res);
+  }
+  // The upstream's real version and pid are reported.
+  EXPECT_EQ(std::string(PQparameterStatus(conn.raw(), "server_version")).substr(0, 3), "15.");
+  EXPECT_EQ(conn.scalar("SELECT pg_backend_pid()"), std::to_string(PQbackendPID(conn.raw())));
+}
+
+TEST_F(PassThroughTest, PipelinedQueriesKeepOrder) {
+  PgConnection conn(relay_->conninfo());
+  ASSERT_EQ(PQenterPipelineMode(conn.raw()), 1);
+  for (int i = 0; i < 50; ++i) {
+    std::string v = std::to_string(i);
+    const char* values[1] = {v.c_str()};
+    ASSERT_EQ(PQsendQueryParams(conn.raw(), "SELECT $1::int * 2", 1, nullptr, values, nullptr,
+                                nullptr, 0),
+              1);
+  }
+  ASSERT_EQ(PQpipelineSync(conn.raw()), 1);
+  for (int i = 0; i < 50; ++i) {
+    PGresult* res = PQgetResult(conn.raw());
+    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK);
+    EXPECT_EQ(std::string(PQgetvalue(res, 0, 0)), std::to_string(i * 2));
+    PQclear(res);
+    EXPECT_EQ(PQgetResult(conn.raw()), nullptr);
+  }
+  PGresult* sync = PQgetResult(conn.raw());
+  EXPECT_EQ(PQresultStatus(sync), PGRES_PIPELINE_SYNC);
+  PQclear(sync);
+  ASSERT_EQ(PQexitPipelineMode(conn.raw()), 1);
+}
+
+TEST_F(PassThroughTest, CopyInAndOutInTextAndBinary) {
+  PgConnection conn(relay_->conninfo());
+  conn.exec("DROP TABLE IF EXISTS copy_t; CREATE TABLE copy_t (id int, note text)");
+  PGresult* res = PQexec(conn.raw(), "COPY copy_t FROM STDIN");
+  ASSERT_EQ(PQresultStatus(res), PGRES_COPY_IN);
+  PQclear(res);
+  std::string rows;
+  for (int i = 0; i < 1000; ++i) rows += std::to_string(i) + "\tnote " + std::to_string(i) + "\n";
+  ASSERT_EQ(PQputCopyData(conn.raw(), rows.data(), static_cast<int>(rows.size())), 1);
+  ASSERT_EQ(PQputCopyEnd(conn.raw(), nullptr), 1);
+  res = PQgetResult(conn.raw());
+  EXPECT_EQ(PQresultStatus(res), PGRES_COMMAND_OK) << PQerrorMessage(conn.raw());
+  EXPECT_STREQ(PQcmdTuples(res), "1000");
+  PQclear(res);
+  EXPECT_EQ(conn.scalar("SELECT sum(id) FROM copy_t"), "499500");
+
+  for (const char* format : {"text", "binary"}) {
+    std::string sql = std::string("COPY copy_t TO STDOUT WITH (FORMAT ") + format + ")";
+    res = PQexec(conn.raw(), sql.c_str());
+    ASSERT_EQ(PQresultStatus(res), PGRES_COPY_OUT);
+    PQclear(res);
+    std::size_t bytes = 0;
+    int lines = 0;
+    char* buffer = nullptr;
+    int n = 0;
+    while ((n = PQgetCopyData(conn.raw(), &buffer, 0)) > 0) {
+      bytes += static_cast<std::size_t>(n);
+      ++lines;
+      PQfreemem(buffer);
+    }
+    EXPECT_EQ(n, -1);
+    res = PQgetResult(conn.raw());
+    EXPECT_EQ(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    EXPECT_GT(bytes, 10000u) << format;
+    EXPECT_GE(lines, 1000) << format;
+  }
+}
+
+TEST_F(PassThroughTest, NotifyReachesListenerThroughPgrelay) {
+  PgConnection listener(relay_->conninfo());
+  PgConnection sender(relay_->conninfo());
+  listener.exec("LISTEN relay_channel");
+  sender.exec("NOTIFY relay_channel, 'hello'");
+  PGnotify* note = nullptr;
+  for (int i = 0; i < 100 && !note; ++i) {
+    PQconsumeInput(listener.raw());
+    note = PQnotifies(listener.raw());
+    if (!note) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(note, nullptr);
+  EXPECT_STREQ(note->relname, "relay_channel");
+  EXPECT_STREQ(note->extra, "hello");
+  PQfreemem(note);
+}
+
+TEST_F(PassThroughTest, ErrorsKeepSqlstateAndSessionContinues) {
+  PgConnection conn(relay_->conninfo());
+  try {
+    conn.exec("SELECT * FROM no_such_table");
+    FAIL() << "expected an error";
+  } catch (const PgError& e) {
+    EXPECT_EQ(e.sqlstate(), "42P01");
+  }
+  EXPECT_EQ(conn.scalar("SELECT 'still here'"), "still here");
+}
+
+TEST_F(PassThroughTest, WrongPasswordIsRefusedWith28P01) {
+  std::string conninfo = "host=127.0.0.1 port=" + std::to_string(relay_->port()) +
+                         " dbname=postgres user=app password=wrong";
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  EXPECT_EQ(PQstatus(conn), CONNECTION_BAD);
+  EXPECT_NE(std::string(PQerrorMessage(conn)).find("password authentication failed for user \"app\""),
+            std::string::npos)
+      << PQerrorMessage(conn);
+  PQfinish(conn);
+  // An unknown user gets the same answer (no user enumeration).
+  conninfo = "host=127.0.0.1 port=" + std::to_string(relay_->port()) +
+             " dbname=postgres user=nobody password=x";
+  conn = PQconnectdb(conninfo.c_str());
+  EXPECT_NE(std::string(PQerrorMessage(conn)).find("password authentication failed for user \"nobody\""),
+            std::string::npos);
+  PQfinish(conn);
+}
+
+TEST_F(PassThroughTest, UnknownDatabaseErrorComesFromUpstream) {
+  std::string conninfo = "host=127.0.0.1 port=" + std::to_string(relay_->port()) +
+                         " dbname=nosuchdb user=app password=relay-secret";
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  EXPECT_EQ(PQstatus(conn), CONNECTION_BAD);
+  EXPECT_NE(std::string(PQerrorMessage(conn)).find("database \"nosuchdb\" does not exist"),
+            std::string::npos)
+      << PQerrorMessage(conn);
+  PQfinish(conn);
+}
+
+TEST_F(PassThroughTest, CancelRequestReachesTheUpstreamBackend) {
+  PgConnection conn(relay_->conninfo());
+  ASSERT_EQ(PQsendQuery(conn.raw(), "SELECT pg_sleep(30)"), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  PGcancel* cancel = PQgetCancel(conn.raw());
+  char err[256];
+  ASSERT_EQ(PQcancel(cancel, err, sizeof err), 1) << err;
+  PQfreeCancel(cancel);
+  auto start = std::chrono::steady_clock::now();
+  PGresult* res = PQgetResult(conn.raw());
+  EXPECT_EQ(PQresultStatus(res), PGRES_FATAL_ERROR);
+  EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "57014");
+  PQclear(res);
+  while ((res = PQgetResult(conn.raw())) != nullptr) PQclear(res);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(PassThroughTest, SslRequestIsAnsweredNWithoutTls) {
+  // sslmode=require must fail cleanly when pgrelay has TLS off; prefer falls back to plain.
+  PGconn* conn = PQconnectdb(relay_->conninfo("sslmode=require").c_str());
+  EXPECT_EQ(PQstatus(conn), CONNECTION_BAD);
+  PQfinish(conn);
+  PgConnection plain(relay_->conninfo("sslmode=prefer"));
+  EXPECT_EQ(plain.scalar("SELECT 1"), "1");
+  PgConnection gss(relay_->conninfo("gssencmode=prefer"));
+  EXPECT_EQ(gss.scalar("SELECT 2"), "2");
+}
+
+// Opens a raw TCP connection to the relay.
+int raw_connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(PassThroughTest, GarbageAndHalfPacketsCloseOnlyTheirSession) {
+  PgConnection survivor(relay_->conninfo());
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 1000; ++i) {
+    int fd = raw_connect(relay_->port());
+    ASSERT_GE(fd, 0);
+    std::vector<std::uint8_t> junk(1 + rng() % 64);
+    for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+    switch (i % 4) {
+      case 0:  // random bytes
+        break;
+      case 1:  // an oversized length
+        junk = {0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0};
+        break;
+      case 2:  // half a startup packet, then disconnect
+        junk = {0, 0, 0, 40, 0, 3, 0, 0, 'u', 's'};
+        break;
+      case 3: {  // a valid startup, then vanish mid-authentication
+        std::string body = std::string("\0\3\0\0user\0app\0database\0postgres\0\0", 33);
+        junk.assign({0, 0, 0, static_cast<std::uint8_t>(body.size() + 4)});
+        junk.insert(junk.end(), body.begin(), body.end());
+        break;
+      }
+    }
+    (void)!::write(fd, junk.data(), junk.size());
+    ::close(fd);
+  }
+  EXPECT_EQ(survivor.scalar("SELECT 'alive'"), "alive");
+  PgConnection fresh(relay_->conninfo());
+  EXPECT_EQ(fresh.scalar("SELECT 'fresh'"), "fresh");
+}
+
+TEST(PassThroughTls, TlsConnectionsWork) {
+  PgServer pg(replica_options());
+  RelayHarness relay(pg, RelayOptions{true});
+  PgConnection conn(relay.conninfo("sslmode=require"));
+  EXPECT_EQ(conn.scalar("SELECT 7"), "7");
+  EXPECT_EQ(PQsslInUse(conn.raw()), 1);
+  // SCRAM with channel binding over TLS.
+  PgConnection bound(relay.conninfo("sslmode=require channel_binding=require"));
+  EXPECT_EQ(bound.scalar("SELECT 8"), "8");
+}
+
+}  // namespace
+}  // namespace pgrelay::test
