@@ -8,14 +8,46 @@
 #include <thread>
 
 #include "pg_server.h"
+#include "log/change_log.h"
+#include "log/slots.h"
+#include "server/replication_hub.h"
 #include "server/server.h"
 #include "server/tls_setup.h"
 #include "wire/scram.h"
 
 namespace pgrelay::test {
 
+// Stands in for the capture in server tests that feed the log directly: exports a real upstream
+// snapshot and calls everything in the log so far "before" it.
+class DirectCaptureLink final : public server::CaptureLink {
+ public:
+  DirectCaptureLink(std::string conninfo, log::ChangeLog& log)
+      : conninfo_(std::move(conninfo)), log_(log) {}
+  Result<server::ExportedSnapshot> export_snapshot() override {
+    PGconn* conn = PQconnectdb(conninfo_.c_str());
+    std::shared_ptr<PGconn> holder(conn, &PQfinish);
+    if (PQstatus(conn) != CONNECTION_OK) return Error::make("08006", PQerrorMessage(conn));
+    PGresult* begin = PQexec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    PQclear(begin);
+    PGresult* res = PQexec(conn, "SELECT pg_export_snapshot()");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+      PQclear(res);
+      return Error::make("XX000", PQerrorMessage(conn));
+    }
+    server::ExportedSnapshot out{holder, PQgetvalue(res, 0, 0), log_.last_end_lsn()};
+    PQclear(res);
+    return out;
+  }
+  Result<wire::Lsn> sync() override { return log_.last_end_lsn(); }
+
+ private:
+  std::string conninfo_;
+  log::ChangeLog& log_;
+};
+
 struct RelayOptions {
   bool tls = false;
+  bool replication = false;  // a log, slots and a DirectCaptureLink in a temp dir
   std::string client_password = "relay-secret";
 };
 
@@ -35,9 +67,27 @@ class RelayHarness {
     auto verifier = wire::ScramVerifier::from_password(options.client_password);
     context_.auth.users.push_back({"app", verifier->to_string(), true});
     context_.auth.mock_secret = Bytes(32, 7);
+    dir_ = std::filesystem::temp_directory_path() /
+           ("pgrelay-server-test-" + std::to_string(::getpid()) + "-" + std::to_string(port_seq()++));
+    std::filesystem::create_directories(dir_);
+    if (options.replication) {
+      log::LogOptions log_options;
+      log_options.dir = (dir_ / "log").string();
+      log_options.sync = log::SyncPolicy::kNone;
+      auto opened = log::ChangeLog::open(log_options);
+      if (!opened.ok()) throw PgError(opened.error().message);
+      log_ = std::move(*opened);
+      auto slots = log::SlotRegistry::open(log_options.dir);
+      if (!slots.ok()) throw PgError(slots.error().message);
+      slots_ = std::move(*slots);
+      pool_ = std::make_unique<asio::thread_pool>(2);
+      capture_ = std::make_unique<DirectCaptureLink>(context_.upstream.conninfo(), *log_);
+      hub_ = std::make_unique<server::ReplicationHub>(io_.get_executor(), *pool_, *log_, *slots_,
+                                                      capture_.get(), context_.upstream);
+      context_.hub = hub_.get();
+      context_.settings.wal_sender_timeout = std::chrono::seconds(10);
+    }
     if (options.tls) {
-      dir_ = std::filesystem::temp_directory_path() / ("pgrelay-tls-" + std::to_string(::getpid()));
-      std::filesystem::create_directories(dir_);
       std::string cert = (dir_ / "server.crt").string(), key = (dir_ / "server.key").string();
       auto made = server::ensure_self_signed_certificate(cert, key, "pgrelay-test");
       if (!made.ok()) throw PgError(made.error().message);
@@ -59,8 +109,12 @@ class RelayHarness {
       io_.stop();
     });
     thread_.join();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    if (pool_) pool_->join();
+    std::filesystem::remove_all(dir_);
   }
+
+  log::ChangeLog& log() { return *log_; }
+  log::SlotRegistry& slots() { return *slots_; }
 
   int port() const { return port_; }
   std::string conninfo(const std::string& extra = {}) const {
@@ -72,7 +126,16 @@ class RelayHarness {
  private:
   PgServer& pg_;
   asio::io_context io_;
+  static int& port_seq() {
+    static int seq = 0;
+    return seq;
+  }
   server::ServerContext context_;
+  std::unique_ptr<log::ChangeLog> log_;
+  std::unique_ptr<log::SlotRegistry> slots_;
+  std::unique_ptr<asio::thread_pool> pool_;
+  std::unique_ptr<DirectCaptureLink> capture_;
+  std::unique_ptr<server::ReplicationHub> hub_;
   std::unique_ptr<asio::ssl::context> tls_;
   std::unique_ptr<server::Server> server_;
   std::filesystem::path dir_;

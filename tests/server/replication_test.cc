@@ -1,0 +1,288 @@
+// Replication sessions through pgrelay against a log the test feeds directly: slot commands,
+// exported snapshots, START_REPLICATION with pgoutput, standby status, resume and errors.
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <thread>
+
+#include "log/transaction.h"
+#include "pgoutput/decoder.h"
+#include "server_fixture.h"
+#include "wire/replication_frames.h"
+
+namespace pgrelay::test {
+namespace {
+
+using wire::Lsn;
+
+PgServerOptions replica_options() {
+  PgServerOptions options;
+  options.settings["wal_level"] = "replica";
+  return options;
+}
+
+pgoutput::Relation relation(pgoutput::Oid oid, const std::string& name) {
+  pgoutput::Relation rel;
+  rel.oid = oid;
+  rel.namespace_name = "public";
+  rel.name = name;
+  rel.columns.push_back({pgoutput::kColumnIsKey, "id", 23, -1});
+  rel.columns.push_back({0, "note", 25, -1});
+  return rel;
+}
+
+// Appends one transaction inserting (id, note) into `table`; returns its end LSN.
+Lsn append_insert(log::ChangeLog& log, pgoutput::Oid oid, const std::string& table, int id,
+                  std::uint32_t xid) {
+  Lsn base = std::max(log.last_end_lsn(), Lsn(0x1000000)) + 0x100;
+  log::Transaction txn;
+  txn.header.begin_lsn = base;
+  txn.header.commit_lsn = base + 0x40;
+  txn.header.end_lsn = base + 0x48;
+  txn.header.commit_time = 1000000 + id;
+  txn.header.xid = xid;
+  txn.changes.push_back({base + 8, relation(oid, table)});
+  pgoutput::Insert insert;
+  insert.relation_oid = oid;
+  insert.new_tuple.columns = {pgoutput::TupleValue::text(std::to_string(id)),
+                              pgoutput::TupleValue::text("row " + std::to_string(id))};
+  txn.changes.push_back({base + 16, insert});
+  auto encoded = log::encode_transaction(txn);
+  EXPECT_TRUE(encoded.ok()) << encoded.error().message;
+  auto pending = encoded->pending();
+  auto appended = log.append(std::span(&pending, 1));
+  EXPECT_TRUE(appended.ok()) << appended.error().message;
+  return txn.header.end_lsn;
+}
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_ = new PgServer(replica_options());
+    relay_ = new RelayHarness(*pg_, RelayOptions{false, true});
+    pg_->exec("CREATE TABLE t1 (id int primary key, note text); CREATE TABLE t2 (id int primary "
+              "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app");
+  }
+  static void TearDownTestSuite() {
+    delete relay_;
+    delete pg_;
+  }
+  PGconn* replication_connection() {
+    PGconn* conn = PQconnectdb(relay_->conninfo("replication=database").c_str());
+    EXPECT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+    return conn;
+  }
+  static PgServer* pg_;
+  static RelayHarness* relay_;
+};
+PgServer* ReplicationTest::pg_ = nullptr;
+RelayHarness* ReplicationTest::relay_ = nullptr;
+
+// Reads XLogData messages (decoded) until `count` Commits arrived or the timeout passed,
+// answering keepalives that ask for a reply.
+struct Received {
+  std::vector<pgoutput::Message> messages;
+  std::vector<Lsn> wal_starts;
+};
+Received receive(PGconn* conn, int commits, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  Received out;
+  pgoutput::Decoder decoder(pgoutput::DecoderOptions{1, false});
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int seen = 0;
+  while (seen < commits && std::chrono::steady_clock::now() < deadline) {
+    char* buffer = nullptr;
+    int n = PQgetCopyData(conn, &buffer, 1);
+    if (n == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      PQconsumeInput(conn);
+      continue;
+    }
+    if (n < 0) break;
+    ByteView payload(reinterpret_cast<const std::uint8_t*>(buffer), static_cast<std::size_t>(n));
+    auto frame = wire::parse_from_server(payload);
+    EXPECT_TRUE(frame.ok());
+    if (auto* x = std::get_if<wire::XLogData>(&*frame)) {
+      auto message = decoder.decode(x->data);
+      EXPECT_TRUE(message.ok()) << message.error().message;
+      if (std::holds_alternative<pgoutput::Commit>(*message)) ++seen;
+      out.messages.push_back(*message);
+      out.wal_starts.push_back(x->wal_start);
+    }
+    PQfreemem(buffer);
+  }
+  return out;
+}
+
+void send_flush(PGconn* conn, Lsn lsn) {
+  wire::StandbyStatusUpdate status;
+  status.write = status.flush = status.apply = lsn;
+  status.send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  Bytes payload = wire::encode(status);
+  ASSERT_EQ(PQputCopyData(conn, reinterpret_cast<const char*>(payload.data()),
+                          static_cast<int>(payload.size())),
+            1);
+  ASSERT_EQ(PQflush(conn), 0);
+}
+
+TEST_F(ReplicationTest, IdentifySystemReportsTheLog) {
+  PGconn* conn = replication_connection();
+  PGresult* res = PQexec(conn, "IDENTIFY_SYSTEM");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  EXPECT_EQ(std::string(PQgetvalue(res, 0, 0)), std::to_string(relay_->log().system_id()));
+  EXPECT_STREQ(PQgetvalue(res, 0, 1), "1");
+  EXPECT_STREQ(PQgetvalue(res, 0, 3), "postgres");
+  PQclear(res);
+  // SQL on a replication connection goes to the upstream; wal_level is pgrelay's.
+  res = PQexec(conn, "SHOW wal_level");
+  EXPECT_STREQ(PQgetvalue(res, 0, 0), "logical");
+  PQclear(res);
+  res = PQexec(conn, "SELECT 6 * 7");
+  EXPECT_STREQ(PQgetvalue(res, 0, 0), "42");
+  PQclear(res);
+  PQfinish(conn);
+}
+
+TEST_F(ReplicationTest, SlotWithExportedSnapshotAndStreaming) {
+  PGconn* conn = replication_connection();
+  PGresult* res = PQexec(conn, "CREATE_REPLICATION_SLOT \"s_stream\" LOGICAL pgoutput");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  std::string consistent = PQgetvalue(res, 0, 1);
+  std::string snapshot = PQgetvalue(res, 0, 2);
+  EXPECT_STREQ(PQgetvalue(res, 0, 0), "s_stream");
+  EXPECT_STREQ(PQgetvalue(res, 0, 3), "pgoutput");
+  PQclear(res);
+  // The exported snapshot is real: another session imports it while the slot's creator waits.
+  {
+    PgConnection importer(relay_->conninfo());
+    importer.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    importer.exec("SET TRANSACTION SNAPSHOT '" + snapshot + "'");
+    EXPECT_EQ(importer.scalar("SELECT count(*) FROM t1"), "0");
+    importer.exec("COMMIT");
+  }
+  // A second slot with the same name is refused as Postgres refuses it.
+  res = PQexec(conn, "CREATE_REPLICATION_SLOT \"s_stream\" LOGICAL pgoutput");
+  EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42710");
+  PQclear(res);
+
+  Lsn first = append_insert(relay_->log(), 16384, "t1", 1, 700);
+  append_insert(relay_->log(), 16385, "t2", 2, 701);  // not in pub1
+  Lsn third = append_insert(relay_->log(), 16384, "t1", 3, 702);
+
+  res = PQexec(conn,
+               "START_REPLICATION SLOT \"s_stream\" LOGICAL 0/0 (proto_version '1', "
+               "publication_names 'pub1')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+  PQclear(res);
+  Received got = receive(conn, 2);
+  // Begin, Relation, Insert, Commit for id 1; Begin, Insert, Commit for id 3 (Relation known).
+  ASSERT_EQ(got.messages.size(), 7u);
+  EXPECT_TRUE(std::holds_alternative<pgoutput::Begin>(got.messages[0]));
+  EXPECT_TRUE(std::holds_alternative<pgoutput::Relation>(got.messages[1]));
+  auto& insert = std::get<pgoutput::Insert>(got.messages[2]);
+  EXPECT_EQ(insert.new_tuple.columns[0].bytes, "1");
+  auto& commit = std::get<pgoutput::Commit>(got.messages[3]);
+  EXPECT_EQ(commit.end_lsn, first);
+  EXPECT_EQ(got.wal_starts[3], first);  // Commit's XLogData starts at the end LSN
+  EXPECT_TRUE(std::holds_alternative<pgoutput::Begin>(got.messages[4]));
+  EXPECT_EQ(std::get<pgoutput::Insert>(got.messages[5]).new_tuple.columns[0].bytes, "3");
+  EXPECT_EQ(std::get<pgoutput::Commit>(got.messages[6]).end_lsn, third);
+
+  // A second walsender on the same slot is refused while this one streams.
+  {
+    PGconn* other = replication_connection();
+    PGresult* busy = PQexec(other,
+                            "START_REPLICATION SLOT \"s_stream\" LOGICAL 0/0 (proto_version '1', "
+                            "publication_names 'pub1')");
+    EXPECT_STREQ(PQresultErrorField(busy, PG_DIAG_SQLSTATE), "55006");
+    PQclear(busy);
+    PQfinish(other);
+  }
+
+  // The flush position moves the slot; then CopyDone ends the stream as Postgres does.
+  send_flush(conn, first);
+  for (int i = 0; i < 200 && relay_->slots().get("s_stream")->confirmed_flush != first; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(relay_->slots().get("s_stream")->confirmed_flush, first);
+  ASSERT_EQ(PQputCopyEnd(conn, nullptr), 1);
+  char* buffer = nullptr;
+  while (PQgetCopyData(conn, &buffer, 0) > 0) PQfreemem(buffer);
+  int completed = 0;
+  while ((res = PQgetResult(conn)) != nullptr) {
+    EXPECT_EQ(PQresultStatus(res), PGRES_COMMAND_OK) << PQresultErrorMessage(res);
+    ++completed;
+    PQclear(res);
+  }
+  EXPECT_GE(completed, 1);
+
+  // Resuming from 0/0 starts at confirmed_flush: only the unconfirmed transaction comes again.
+  res = PQexec(conn,
+               "START_REPLICATION SLOT \"s_stream\" LOGICAL 0/0 (proto_version '1', "
+               "publication_names 'pub1')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+  PQclear(res);
+  Received again = receive(conn, 1);
+  ASSERT_FALSE(again.messages.empty());
+  std::vector<std::string> ids;
+  for (const auto& m : again.messages) {
+    if (auto* i = std::get_if<pgoutput::Insert>(&m)) ids.push_back(i->new_tuple.columns[0].bytes);
+  }
+  EXPECT_EQ(ids, std::vector<std::string>{"3"});
+  PQfinish(conn);
+  (void)consistent;
+}
+
+TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
+  PGconn* conn = replication_connection();
+  PGresult* res = PQexec(conn, "CREATE_REPLICATION_SLOT \"s_bad\" LOGICAL pgoutput NOEXPORT_SNAPSHOT");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  EXPECT_TRUE(PQgetisnull(res, 0, 2));
+  PQclear(res);
+  struct Case {
+    const char* options;
+    const char* sqlstate;
+  } cases[] = {
+      {"(proto_version '1', publication_names 'nosuchpub')", "42704"},
+      {"(proto_version '1', publication_names 'pub1', binary 'true')", "0A000"},
+      {"(proto_version '9', publication_names 'pub1')", "0A000"},
+      {"(publication_names 'pub1')", "22023"},
+  };
+  for (const auto& c : cases) {
+    std::string sql = std::string("START_REPLICATION SLOT \"s_bad\" LOGICAL 0/0 ") + c.options;
+    res = PQexec(conn, sql.c_str());
+    EXPECT_EQ(PQresultStatus(res), PGRES_FATAL_ERROR) << c.options;
+    EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), c.sqlstate) << c.options;
+    PQclear(res);
+  }
+  res = PQexec(conn, "START_REPLICATION SLOT \"nosuchslot\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')");
+  EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42704");
+  PQclear(res);
+  res = PQexec(conn, "DROP_REPLICATION_SLOT \"s_bad\"");
+  EXPECT_EQ(PQresultStatus(res), PGRES_COMMAND_OK) << PQerrorMessage(conn);
+  PQclear(res);
+  res = PQexec(conn, "DROP_REPLICATION_SLOT \"s_bad\"");
+  EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42704");
+  PQclear(res);
+  // The session is still usable after every error.
+  res = PQexec(conn, "IDENTIFY_SYSTEM");
+  EXPECT_EQ(PQresultStatus(res), PGRES_TUPLES_OK);
+  PQclear(res);
+  PQfinish(conn);
+}
+
+TEST_F(ReplicationTest, TemporarySlotDiesWithItsSession) {
+  PGconn* conn = replication_connection();
+  PGresult* res =
+      PQexec(conn, "CREATE_REPLICATION_SLOT \"s_temp\" TEMPORARY LOGICAL pgoutput (SNAPSHOT 'nothing')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  PQclear(res);
+  EXPECT_TRUE(relay_->slots().get("s_temp").has_value());
+  PQfinish(conn);
+  for (int i = 0; i < 200 && relay_->slots().get("s_temp"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(relay_->slots().get("s_temp").has_value());
+}
+
+}  // namespace
+}  // namespace pgrelay::test
