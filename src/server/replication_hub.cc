@@ -27,9 +27,18 @@ void ReplicationHub::wake_all() {
   for (auto* timer : watchers_) timer->cancel();
 }
 
-void ReplicationHub::add_walsender(const WalsenderInfo& info, std::function<void()> terminate) {
-  walsenders_[info.pid] = Running{info, std::move(terminate)};
+void ReplicationHub::add_walsender(const WalsenderInfo& info, std::function<void()> terminate,
+                                   std::function<void()> stop) {
+  walsenders_[info.pid] = Running{info, std::move(terminate), std::move(stop)};
   changed();
+  if (stopping_ && walsenders_[info.pid].stop) walsenders_[info.pid].stop();
+}
+
+void ReplicationHub::stop_all() {
+  stopping_ = true;
+  for (auto& [pid, running] : walsenders_) {
+    if (running.stop) running.stop();
+  }
 }
 
 void ReplicationHub::update_walsender(const WalsenderInfo& info) {

@@ -74,12 +74,18 @@ class ReplicationHub {
   void unwatch(asio::steady_timer* timer) { watchers_.erase(timer); }
 
   // Running walsenders, for pg_stat_replication and pg_terminate_backend.
-  void add_walsender(const WalsenderInfo& info, std::function<void()> terminate);
+  // `terminate` ends the walsender at once (pg_terminate_backend); `stop` asks it to send what
+  // it has, end the stream with CopyDone and close (server shutdown).
+  void add_walsender(const WalsenderInfo& info, std::function<void()> terminate,
+                     std::function<void()> stop);
   void update_walsender(const WalsenderInfo& info);
   void remove_walsender(int pid);
   std::vector<WalsenderInfo> walsenders() const;
   // Ends the walsender with this pid; false if there is none.
   bool terminate(int pid);
+  // Asks every walsender to finish gracefully; new ones are refused from now on.
+  void stop_all();
+  bool stopping() const { return stopping_; }
 
   // Called (on the executor) after slots or walsenders changed, e.g. to refresh the upstream
   // mirror of pg_replication_slots.
@@ -102,7 +108,9 @@ class ReplicationHub {
   struct Running {
     WalsenderInfo info;
     std::function<void()> terminate;
+    std::function<void()> stop;
   };
+  bool stopping_ = false;
   std::map<int, Running> walsenders_;
   std::function<void()> change_listener_;
   // Keeps log callbacks from touching a destroyed hub.

@@ -49,12 +49,16 @@ void Server::start() {
   }
 }
 
-void Server::stop() {
+void Server::stop_accepting() {
   stopping_ = true;
   for (auto& acceptor : acceptors_) {
     std::error_code ignored;
     acceptor->close(ignored);
   }
+}
+
+void Server::stop() {
+  stop_accepting();
   for (auto* transport : *sessions_) transport->close();
 }
 

@@ -19,6 +19,8 @@ class Server {
   Result<upstream::tcp::endpoint> listen(const std::string& host, int port);
   // Starts accepting on every bound address.
   void start();
+  // Stops accepting new connections.
+  void stop_accepting();
   // Stops accepting and closes every session (their coroutines then finish).
   void stop();
   std::size_t session_count() const { return sessions_->size(); }

@@ -27,6 +27,7 @@ struct WalsenderState {
   bool reply_requested = false;  // the consumer asked for a keepalive
   bool reader_finished = false;
   bool terminated = false;  // pg_terminate_backend
+  bool stopping = false;    // server shutdown: send what is there, then CopyDone
   std::optional<Error> reader_error;
   Clock::time_point last_reply = Clock::now();
   Lsn write, flush, apply;
@@ -170,10 +171,16 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
   info.slot = params.slot;
   info.state = "catchup";
   info.sent = start;
-  hub.add_walsender(info, [state] {
-    state->terminated = true;
-    state->wake.cancel();
-  });
+  hub.add_walsender(
+      info,
+      [state] {
+        state->terminated = true;
+        state->wake.cancel();
+      },
+      [state] {
+        state->stopping = true;
+        state->wake.cancel();
+      });
   hub.watch(&state->wake);
   asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
 
@@ -238,6 +245,19 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
       hub.update_walsender(info);
     }
     if (!caught_up) continue;
+    if (state->stopping) {
+      // Shutdown, as Postgres's walsender does it: everything sent, then CopyDone; wait a
+      // moment for the consumer's CopyDone so it can confirm what it received.
+      Bytes copy_done = wire::encode(wire::CopyDone{});
+      (void)co_await client.write(copy_done);
+      auto give_up = Clock::now() + std::chrono::seconds(2);
+      while (!state->reader_finished && Clock::now() < give_up) {
+        state->wake.expires_after(std::chrono::milliseconds(50));
+        co_await state->wake.async_wait(upstream::kAsTuple);
+      }
+      outcome = Error::make("57P01", "terminating connection due to administrator command");
+      break;
+    }
     if (params.timeout.count() > 0 && now - state->last_reply >= params.timeout) {
       outcome = Error::make("08006", "terminating walsender process due to replication timeout",
                             "The consumer sent no standby status for wal_sender_timeout.");

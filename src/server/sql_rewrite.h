@@ -1,0 +1,45 @@
+// Redirects the catalog names pgrelay answers for (slots, walsenders, settings) to its schema.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace pgrelay::server {
+
+struct RewriteOptions {
+  // The upstream schema holding pgrelay's virtual catalog (views and functions).
+  std::string schema = "_pgrelay";
+};
+
+// Rewrites SQL text so that references to the virtualized catalog objects reach the objects
+// pgrelay keeps upstream, and leaves every other byte as it was (comments, whitespace, $n).
+//
+// The statement is parsed with the real Postgres parser; only tokens the parse tree shows to be
+// the catalog objects are touched: relations in FROM/JOIN (unqualified or pg_catalog-qualified,
+// not shadowed by a CTE), function calls, SHOW of the virtualized settings, and the bodies of
+// CREATE FUNCTION / DO in plpgsql or sql that mention them. Stateless: safe to share between
+// threads (libpg_query keeps its memory per thread).
+class SqlRewriter {
+ public:
+  explicit SqlRewriter(RewriteOptions options);
+
+  // Cheap test: false means rewrite() would certainly return nullopt. Case-insensitive substring
+  // search for the names involved; most statements answer false without parsing.
+  bool may_need_rewrite(std::string_view sql) const;
+
+  // The rewritten text, or nullopt when the text must pass unchanged (nothing to redirect, or the
+  // text does not parse: the upstream reports the syntax error itself). An error only when the
+  // parser's output is unusable.
+  Result<std::optional<std::string>> rewrite(std::string_view sql) const;
+
+  const RewriteOptions& options() const { return options_; }
+
+ private:
+  RewriteOptions options_;
+  std::string quoted_schema_;
+};
+
+}  // namespace pgrelay::server

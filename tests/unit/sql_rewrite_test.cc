@@ -1,0 +1,312 @@
+// SqlRewriter: which catalog references are redirected, and that every other byte is kept.
+#include "server/sql_rewrite.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pgrelay::server {
+namespace {
+
+class SqlRewriteTest : public ::testing::Test {
+ protected:
+  // The rewritten text; the input itself when rewrite() passes it unchanged.
+  std::string rw(const std::string& sql) const {
+    auto r = rewriter_.rewrite(sql);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    if (!r.ok() || !r->has_value()) return sql;
+    return **r;
+  }
+  bool unchanged(const std::string& sql) const {
+    auto r = rewriter_.rewrite(sql);
+    return r.ok() && !r->has_value();
+  }
+
+  SqlRewriter rewriter_{RewriteOptions{}};
+};
+
+TEST_F(SqlRewriteTest, PrefilterIsCaseInsensitiveAndSelective) {
+  EXPECT_FALSE(rewriter_.may_need_rewrite("SELECT * FROM users WHERE id = $1"));
+  EXPECT_FALSE(rewriter_.may_need_rewrite("INSERT INTO t VALUES (1, 'show')"));
+  EXPECT_FALSE(rewriter_.may_need_rewrite(""));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("select * from PG_REPLICATION_SLOTS"));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("SHOW Wal_Level"));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("SELECT Current_Setting('x')"));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("select pg_current_wal_flush_lsn()"));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("show wal_sender_timeout"));
+  EXPECT_TRUE(rewriter_.may_need_rewrite("show max_wal_senders"));
+}
+
+TEST_F(SqlRewriteTest, NonMatchingSqlPassesUnchanged) {
+  EXPECT_TRUE(unchanged("SELECT 1"));
+  EXPECT_TRUE(unchanged("SELECT * FROM pg_class"));
+  // Mentions a name, but only in a string or as a column: nothing to redirect.
+  EXPECT_TRUE(unchanged("SELECT 'pg_replication_slots', 'SHOW wal_level'"));
+  EXPECT_TRUE(unchanged("SELECT x.pg_settings FROM t x"));
+  EXPECT_TRUE(unchanged("SHOW work_mem"));
+  EXPECT_TRUE(unchanged("SHOW ALL"));
+  EXPECT_TRUE(unchanged("SELECT * FROM other.pg_settings"));
+  EXPECT_TRUE(unchanged("SELECT other.current_setting('x')"));
+  EXPECT_TRUE(unchanged("-- pg_settings\nSELECT 1 /* current_setting() */"));
+}
+
+TEST_F(SqlRewriteTest, InvalidSqlPassesUnchanged) {
+  EXPECT_TRUE(unchanged("SELEC * FROM pg_replication_slots"));
+  EXPECT_TRUE(unchanged("SELECT * FROM pg_settings WHERE"));
+  EXPECT_TRUE(unchanged("SELECT 'unterminated pg_settings"));
+  EXPECT_TRUE(unchanged(std::string("SELECT * FROM pg_settings\0 x", 29)));
+}
+
+TEST_F(SqlRewriteTest, Relations) {
+  EXPECT_EQ(rw("SELECT * FROM pg_replication_slots"),
+            "SELECT * FROM \"_pgrelay\".pg_replication_slots");
+  EXPECT_EQ(rw("SELECT * FROM pg_catalog.pg_replication_slots"),
+            "SELECT * FROM \"_pgrelay\".pg_replication_slots");
+  EXPECT_EQ(rw("select pid from PG_STAT_REPLICATION"),
+            "select pid from \"_pgrelay\".PG_STAT_REPLICATION");
+  EXPECT_EQ(rw("SELECT * FROM \"pg_catalog\" . \"pg_settings\" s"),
+            "SELECT * FROM \"_pgrelay\" . \"pg_settings\" s");
+  EXPECT_EQ(rw("TABLE pg_settings"), "TABLE \"_pgrelay\".pg_settings");
+  EXPECT_EQ(rw("SELECT * FROM ONLY pg_settings"), "SELECT * FROM ONLY \"_pgrelay\".pg_settings");
+  // A differently spelled quoted name is another relation.
+  EXPECT_TRUE(unchanged("SELECT * FROM \"PG_SETTINGS\""));
+}
+
+TEST_F(SqlRewriteTest, ThreePartColumnReferenceFollowsTheRelation) {
+  EXPECT_EQ(rw("SELECT pg_catalog.pg_settings.name FROM pg_catalog.pg_settings"),
+            "SELECT \"_pgrelay\".pg_settings.name FROM \"_pgrelay\".pg_settings");
+}
+
+TEST_F(SqlRewriteTest, Functions) {
+  EXPECT_EQ(rw("SELECT current_setting('wal_level')"),
+            "SELECT \"_pgrelay\".current_setting('wal_level')");
+  EXPECT_EQ(rw("SELECT pg_catalog.current_setting('wal_level', true)"),
+            "SELECT \"_pgrelay\".current_setting('wal_level', true)");
+  EXPECT_EQ(rw("SELECT pg_current_wal_lsn(), pg_current_wal_insert_lsn(), "
+               "PG_CURRENT_WAL_FLUSH_LSN()"),
+            "SELECT \"_pgrelay\".pg_current_wal_lsn(), \"_pgrelay\".pg_current_wal_insert_lsn(), "
+            "\"_pgrelay\".PG_CURRENT_WAL_FLUSH_LSN()");
+  EXPECT_EQ(rw("SELECT * FROM pg_create_logical_replication_slot('s', 'pgoutput')"),
+            "SELECT * FROM \"_pgrelay\".pg_create_logical_replication_slot('s', 'pgoutput')");
+  EXPECT_EQ(rw("SELECT pg_create_logical_replication_slot(slot_name => 's', plugin => 'pgoutput')"),
+            "SELECT \"_pgrelay\".pg_create_logical_replication_slot(slot_name => 's', plugin => "
+            "'pgoutput')");
+  EXPECT_EQ(rw("SELECT pg_catalog.pg_drop_replication_slot('s')"),
+            "SELECT \"_pgrelay\".pg_drop_replication_slot('s')");
+  EXPECT_EQ(rw("SELECT pg_terminate_backend(1073741825, 10)"),
+            "SELECT \"_pgrelay\".pg_terminate_backend(1073741825, 10)");
+}
+
+TEST_F(SqlRewriteTest, EmitMessageIsRenamed) {
+  EXPECT_EQ(rw("SELECT pg_logical_emit_message(false, 'p', 'x')"),
+            "SELECT \"_pgrelay\".emit_message(false, 'p', 'x')");
+  EXPECT_EQ(rw("SELECT pg_catalog.pg_logical_emit_message(true, 'p', 'x'::bytea)"),
+            "SELECT \"_pgrelay\".emit_message(true, 'p', 'x'::bytea)");
+  EXPECT_EQ(rw("SELECT \"pg_logical_emit_message\"(true, 'p', 'x')"),
+            "SELECT \"_pgrelay\".emit_message(true, 'p', 'x')");
+}
+
+TEST_F(SqlRewriteTest, Show) {
+  EXPECT_EQ(rw("SHOW wal_level"), "SELECT \"_pgrelay\".current_setting('wal_level') AS wal_level");
+  EXPECT_EQ(rw("show WAL_LEVEL;"),
+            "SELECT \"_pgrelay\".current_setting('wal_level') AS wal_level;");
+  EXPECT_EQ(rw("  /* c */ SHOW \"max_replication_slots\" -- x\n"),
+            "  /* c */ SELECT \"_pgrelay\".current_setting('max_replication_slots') AS "
+            "max_replication_slots -- x\n");
+  EXPECT_EQ(rw("SHOW max_wal_senders; SHOW wal_sender_timeout"),
+            "SELECT \"_pgrelay\".current_setting('max_wal_senders') AS max_wal_senders; "
+            "SELECT \"_pgrelay\".current_setting('wal_sender_timeout') AS wal_sender_timeout");
+}
+
+TEST_F(SqlRewriteTest, CommentsWhitespaceAndParametersAreKept) {
+  const std::string sql =
+      "SELECT /* a */ slot_name\t,\n  pg_terminate_backend ( active_pid ) -- b\n"
+      "FROM\n\tpg_replication_slots WHERE slot_name = $1 OR slot_name LIKE $2";
+  EXPECT_EQ(rw(sql),
+            "SELECT /* a */ slot_name\t,\n  \"_pgrelay\".pg_terminate_backend ( active_pid ) -- b\n"
+            "FROM\n\t\"_pgrelay\".pg_replication_slots WHERE slot_name = $1 OR slot_name LIKE $2");
+  // Comments inside a qualified name stay too.
+  EXPECT_EQ(rw("SELECT pg_catalog/*x*/./*y*/pg_current_wal_lsn()"),
+            "SELECT \"_pgrelay\"/*x*/./*y*/pg_current_wal_lsn()");
+}
+
+TEST_F(SqlRewriteTest, StringsContainingTheNamesAreUntouched) {
+  EXPECT_EQ(rw("SELECT 'pg_settings', current_setting('pg_settings'), $$FROM pg_settings$$, "
+               "E'pg_current_wal_lsn()' FROM pg_settings"),
+            "SELECT 'pg_settings', \"_pgrelay\".current_setting('pg_settings'), $$FROM "
+            "pg_settings$$, E'pg_current_wal_lsn()' FROM \"_pgrelay\".pg_settings");
+  EXPECT_EQ(rw("SELECT name AS \"pg_settings\" FROM pg_settings WHERE name LIKE 'pg_settings%'"),
+            "SELECT name AS \"pg_settings\" FROM \"_pgrelay\".pg_settings WHERE name LIKE "
+            "'pg_settings%'");
+}
+
+TEST_F(SqlRewriteTest, JoinsSubqueriesAndLike) {
+  EXPECT_EQ(rw("SELECT s.slot_name, r.pid FROM pg_replication_slots s JOIN pg_stat_replication r "
+               "ON r.pid = s.active_pid LEFT JOIN pg_catalog.pg_settings g ON true"),
+            "SELECT s.slot_name, r.pid FROM \"_pgrelay\".pg_replication_slots s JOIN "
+            "\"_pgrelay\".pg_stat_replication r ON r.pid = s.active_pid LEFT JOIN "
+            "\"_pgrelay\".pg_settings g ON true");
+  EXPECT_EQ(rw("SELECT * FROM t WHERE x IN (SELECT slot_name FROM pg_replication_slots WHERE "
+               "slot_name LIKE 'a%') AND EXISTS (SELECT 1 FROM (SELECT pg_current_wal_lsn()) q)"),
+            "SELECT * FROM t WHERE x IN (SELECT slot_name FROM \"_pgrelay\".pg_replication_slots "
+            "WHERE slot_name LIKE 'a%') AND EXISTS (SELECT 1 FROM (SELECT "
+            "\"_pgrelay\".pg_current_wal_lsn()) q)");
+  EXPECT_EQ(rw("SELECT * FROM t, LATERAL (SELECT * FROM pg_settings WHERE name = t.n) s"),
+            "SELECT * FROM t, LATERAL (SELECT * FROM \"_pgrelay\".pg_settings WHERE name = t.n) s");
+  EXPECT_EQ(rw("UPDATE t SET x = s.setting FROM pg_settings s WHERE s.name = t.n"),
+            "UPDATE t SET x = s.setting FROM \"_pgrelay\".pg_settings s WHERE s.name = t.n");
+  EXPECT_EQ(rw("DELETE FROM t USING pg_replication_slots s WHERE s.slot_name = t.n"),
+            "DELETE FROM t USING \"_pgrelay\".pg_replication_slots s WHERE s.slot_name = t.n");
+  EXPECT_EQ(rw("SELECT 1 UNION ALL SELECT count(*) FROM pg_replication_slots"),
+            "SELECT 1 UNION ALL SELECT count(*) FROM \"_pgrelay\".pg_replication_slots");
+}
+
+TEST_F(SqlRewriteTest, CteNamedLikeACatalogViewShadowsIt) {
+  EXPECT_EQ(rw("WITH pg_settings AS (SELECT 1 AS a) SELECT * FROM pg_settings"),
+            "WITH pg_settings AS (SELECT 1 AS a) SELECT * FROM pg_settings");
+  // The CTE's own body (not recursive) still sees the catalog view; a qualified name too.
+  EXPECT_EQ(rw("WITH pg_settings AS (SELECT * FROM pg_settings) SELECT * FROM pg_settings, "
+               "pg_catalog.pg_settings"),
+            "WITH pg_settings AS (SELECT * FROM \"_pgrelay\".pg_settings) SELECT * FROM "
+            "pg_settings, \"_pgrelay\".pg_settings");
+  EXPECT_EQ(rw("WITH RECURSIVE pg_settings(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
+               "pg_settings WHERE n < 3) SELECT * FROM pg_settings"),
+            "WITH RECURSIVE pg_settings(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM "
+            "pg_settings WHERE n < 3) SELECT * FROM pg_settings");
+  // Scope ends with the statement that declares it.
+  EXPECT_EQ(rw("SELECT (WITH pg_settings AS (SELECT 1) SELECT count(*) FROM pg_settings) FROM "
+               "pg_settings"),
+            "SELECT (WITH pg_settings AS (SELECT 1) SELECT count(*) FROM pg_settings) FROM "
+            "\"_pgrelay\".pg_settings");
+  // An unrelated CTE.
+  EXPECT_EQ(rw("WITH cte AS (SELECT 1) SELECT * FROM cte, pg_settings"),
+            "WITH cte AS (SELECT 1) SELECT * FROM cte, \"_pgrelay\".pg_settings");
+}
+
+TEST_F(SqlRewriteTest, DdlAndDmlTargetsAreNotRedirected) {
+  EXPECT_TRUE(unchanged("CREATE TABLE pg_settings (a int)"));
+  EXPECT_TRUE(unchanged("INSERT INTO pg_settings VALUES (1)"));
+  EXPECT_TRUE(unchanged("UPDATE pg_settings SET setting = '1' WHERE name = 'work_mem'"));
+  EXPECT_TRUE(unchanged("DROP VIEW pg_replication_slots"));
+  EXPECT_EQ(rw("CREATE VIEW v AS SELECT * FROM pg_replication_slots"),
+            "CREATE VIEW v AS SELECT * FROM \"_pgrelay\".pg_replication_slots");
+  EXPECT_EQ(rw("INSERT INTO t SELECT pg_current_wal_lsn()"),
+            "INSERT INTO t SELECT \"_pgrelay\".pg_current_wal_lsn()");
+}
+
+TEST_F(SqlRewriteTest, MultiStatementStrings) {
+  EXPECT_EQ(rw("BEGIN; SELECT 1; SELECT * FROM pg_replication_slots;SHOW wal_level;COMMIT"),
+            "BEGIN; SELECT 1; SELECT * FROM \"_pgrelay\".pg_replication_slots;SELECT "
+            "\"_pgrelay\".current_setting('wal_level') AS wal_level;COMMIT");
+}
+
+TEST_F(SqlRewriteTest, PlpgsqlBodies) {
+  const std::string sql =
+      "CREATE OR REPLACE FUNCTION f() RETURNS void AS $$\n"
+      "DECLARE message text := 'pg_logical_emit_message(';\n"
+      "BEGIN\n"
+      "  -- pg_logical_emit_message(true, 'a', 'b')\n"
+      "  PERFORM pg_logical_emit_message(true, 'zh/0/ddl', message);\n"
+      "  PERFORM pg_catalog.pg_logical_emit_message(false, 'x', 'y');\n"
+      "  SELECT count(*) FROM pg_replication_slots INTO n;\n"
+      "  PERFORM current_setting('wal_level');\n"
+      "  PERFORM other.pg_logical_emit_message(1);\n"
+      "END\n"
+      "$$ LANGUAGE plpgsql;";
+  EXPECT_EQ(rw(sql),
+            "CREATE OR REPLACE FUNCTION f() RETURNS void AS $$\n"
+            "DECLARE message text := 'pg_logical_emit_message(';\n"
+            "BEGIN\n"
+            "  -- pg_logical_emit_message(true, 'a', 'b')\n"
+            "  PERFORM \"_pgrelay\".emit_message(true, 'zh/0/ddl', message);\n"
+            "  PERFORM \"_pgrelay\".emit_message(false, 'x', 'y');\n"
+            "  SELECT count(*) FROM \"_pgrelay\".pg_replication_slots INTO n;\n"
+            "  PERFORM \"_pgrelay\".current_setting('wal_level');\n"
+            "  PERFORM other.pg_logical_emit_message(1);\n"
+            "END\n"
+            "$$ LANGUAGE plpgsql;");
+}
+
+TEST_F(SqlRewriteTest, PlpgsqlBodyKeepsItsTagOrGetsAFreshOne) {
+  EXPECT_EQ(rw("CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $fn$BEGIN PERFORM "
+               "pg_logical_emit_message(true, $$a$$, 'b'); END$fn$"),
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $fn$BEGIN PERFORM "
+            "\"_pgrelay\".emit_message(true, $$a$$, 'b'); END$fn$");
+  // A single-quoted body becomes dollar-quoted (its '' are single quotes again).
+  EXPECT_EQ(rw("CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS 'BEGIN PERFORM "
+               "pg_logical_emit_message(true, ''a'', ''b''); END'"),
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM "
+            "\"_pgrelay\".emit_message(true, 'a', 'b'); END$$");
+  // The body holds $$, so another tag.
+  EXPECT_EQ(rw("CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS 'BEGIN PERFORM "
+               "pg_logical_emit_message(true, $$a$$, ''b''); END'"),
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $pgrelay$BEGIN PERFORM "
+            "\"_pgrelay\".emit_message(true, $$a$$, 'b'); END$pgrelay$");
+}
+
+TEST_F(SqlRewriteTest, DollarQuoteNeverGluesToAPrecedingWord) {
+  // AS'...' is valid; AS$$...$$ would scan as one identifier.
+  EXPECT_EQ(rw("CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS'BEGIN PERFORM "
+               "pg_current_wal_lsn(); END'"),
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM "
+            "\"_pgrelay\".pg_current_wal_lsn(); END$$");
+  // A body ending in '$' cannot be closed by $$.
+  EXPECT_EQ(rw("CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS 'BEGIN PERFORM "
+               "pg_current_wal_lsn(); END $'"),
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $pgrelay$BEGIN PERFORM "
+            "\"_pgrelay\".pg_current_wal_lsn(); END $$pgrelay$");
+}
+
+TEST_F(SqlRewriteTest, DoBlocks) {
+  EXPECT_EQ(rw("DO $$BEGIN PERFORM pg_logical_emit_message(true, 'p', 'm'); END$$"),
+            "DO $$BEGIN PERFORM \"_pgrelay\".emit_message(true, 'p', 'm'); END$$");
+  EXPECT_EQ(rw("DO LANGUAGE plpgsql $x$BEGIN PERFORM 1 FROM pg_stat_replication; END$x$"),
+            "DO LANGUAGE plpgsql $x$BEGIN PERFORM 1 FROM \"_pgrelay\".pg_stat_replication; END$x$");
+  // Other languages are left alone.
+  EXPECT_TRUE(unchanged("DO LANGUAGE plperl $$ pg_logical_emit_message(1) $$"));
+}
+
+TEST_F(SqlRewriteTest, SqlBodies) {
+  EXPECT_EQ(rw("CREATE FUNCTION lag() RETURNS SETOF pg_lsn LANGUAGE sql AS $$ SELECT "
+               "restart_lsn FROM pg_replication_slots WHERE slot_name LIKE 'zh%' $$"),
+            "CREATE FUNCTION lag() RETURNS SETOF pg_lsn LANGUAGE sql AS $$ SELECT "
+            "restart_lsn FROM \"_pgrelay\".pg_replication_slots WHERE slot_name LIKE 'zh%' $$");
+  // SQL-standard bodies are part of the statement itself.
+  EXPECT_EQ(rw("CREATE FUNCTION w() RETURNS pg_lsn LANGUAGE sql BEGIN ATOMIC SELECT "
+               "pg_current_wal_lsn(); END"),
+            "CREATE FUNCTION w() RETURNS pg_lsn LANGUAGE sql BEGIN ATOMIC SELECT "
+            "\"_pgrelay\".pg_current_wal_lsn(); END");
+  // A body that does not parse is left as it is.
+  EXPECT_TRUE(unchanged("CREATE FUNCTION b() RETURNS int LANGUAGE sql AS 'SELEC pg_settings'"));
+}
+
+TEST_F(SqlRewriteTest, SchemaNameIsQuoted) {
+  SqlRewriter other(RewriteOptions{"my \"relay\""});
+  auto r = other.rewrite("SELECT pg_current_wal_lsn()");
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ(**r, "SELECT \"my \"\"relay\"\"\".pg_current_wal_lsn()");
+}
+
+TEST_F(SqlRewriteTest, ThreadsShareOneRewriter) {
+  std::vector<std::thread> threads;
+  std::vector<int> good(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([this, t, &good] {
+      for (int i = 0; i < 200; ++i) {
+        auto r = rewriter_.rewrite("SELECT slot_name FROM pg_replication_slots WHERE n = " +
+                                   std::to_string(i));
+        if (r.ok() && r->has_value() &&
+            **r == "SELECT slot_name FROM \"_pgrelay\".pg_replication_slots WHERE n = " +
+                       std::to_string(i))
+          ++good[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int g : good) EXPECT_EQ(g, 200);
+}
+
+}  // namespace
+}  // namespace pgrelay::server
