@@ -67,6 +67,28 @@ Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<s
                          "publication_names.");
     }
   }
+  // PG15 row filters and column lists change what pgoutput sends; pgrelay does not evaluate
+  // them yet, and sending more than the publication allows would be wrong, so refuse.
+  auto narrowed = query(conn,
+                        "SELECT p.pubname, c.relname, pr.prqual IS NOT NULL "
+                        "FROM pg_catalog.pg_publication_rel pr "
+                        "JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
+                        "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
+                        "WHERE p.pubname = ANY($1::text[]) "
+                        "AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL) LIMIT 1",
+                        array);
+  if (!narrowed.ok()) return narrowed.error();
+  if (PQntuples(narrowed->get()) > 0) {
+    std::string pub = PQgetvalue(narrowed->get(), 0, 0);
+    std::string table = PQgetvalue(narrowed->get(), 0, 1);
+    bool row_filter = PQgetvalue(narrowed->get(), 0, 2)[0] == 't';
+    return Error::make(sqlstate::kFeatureNotSupported,
+                       std::string("publication \"") + pub + "\" has a " +
+                           (row_filter ? "row filter" : "column list") + " on table \"" + table +
+                           "\", which pgrelay does not support yet",
+                       "Publish the table without a WHERE clause or column list, and filter in "
+                       "the consumer.");
+  }
   if (all_tables) return view;
 
   log::TableFilter filter;

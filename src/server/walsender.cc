@@ -111,17 +111,23 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
 
 // Sends one log entry through the session's view; `sent_relations` remembers what the
 // consumer already knows so a Relation goes out only when it is new or changed, as pgoutput
-// does with its per-session relation cache.
-Status append_entry(log::Cursor& cursor, const log::EntryMeta& meta, log::ChangeView& view,
-                    std::unordered_map<pgoutput::Oid, pgoutput::Relation>& sent_relations,
-                    Bytes& out) {
+// does with its per-session relation cache. Frames collect in `out`, which is written out
+// whenever it passes kWriteChunk, so a huge transaction never sits in memory whole.
+upstream::awaitable<Status> send_entry(
+    upstream::MessageStream& client, log::Cursor& cursor, const log::EntryMeta& meta,
+    log::ChangeView& view, std::unordered_map<pgoutput::Oid, pgoutput::Relation>& sent_relations,
+    Bytes& out) {
   view.start(meta);
   log::ViewReader reader(view, cursor, meta);
   bool transactional = meta.kind == log::EntryKind::kTransaction;
   bool begun = false;
   for (;;) {
+    if (out.size() >= kWriteChunk) {
+      PGRELAY_CO_TRY(co_await client.write(out));
+      out.clear();
+    }
     auto change = reader.next();
-    if (!change.ok()) return change.error();
+    if (!change.ok()) co_return change.error();
     if (!change->has_value()) break;
     log::Change& c = **change;
     if (transactional && !begun) {
@@ -146,7 +152,7 @@ Status append_entry(log::Cursor& cursor, const log::EntryMeta& meta, log::Change
     }
     append_xlog(out, meta.end_lsn, pgoutput::Commit{meta.commit_lsn, meta.end_lsn, meta.commit_time});
   }
-  return {};
+  co_return Status{};
 }
 
 }  // namespace
@@ -213,7 +219,7 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended = append_entry(**cursor, m, view, sent_relations, out);
+      auto appended = co_await send_entry(client, **cursor, m, view, sent_relations, out);
       if (!appended.ok()) {
         outcome = appended.error();
         break;

@@ -61,7 +61,8 @@ class ReplicationTest : public ::testing::Test {
     pg_ = new PgServer(replica_options());
     relay_ = new RelayHarness(*pg_, RelayOptions{false, true});
     pg_->exec("CREATE TABLE t1 (id int primary key, note text); CREATE TABLE t2 (id int primary "
-              "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app");
+              "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app; "
+              "CREATE PUBLICATION pub_rowfilter FOR TABLE t2 WHERE (id > 10)");
   }
   static void TearDownTestSuite() {
     delete relay_;
@@ -246,6 +247,7 @@ TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
       {"(proto_version '1', publication_names 'pub1', binary 'true')", "0A000"},
       {"(proto_version '9', publication_names 'pub1')", "0A000"},
       {"(publication_names 'pub1')", "22023"},
+      {"(proto_version '1', publication_names 'pub_rowfilter')", "0A000"},
   };
   for (const auto& c : cases) {
     std::string sql = std::string("START_REPLICATION SLOT \"s_bad\" LOGICAL 0/0 ") + c.options;
