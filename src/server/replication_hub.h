@@ -93,6 +93,13 @@ class ReplicationHub {
   void changed() {
     if (change_listener_) change_listener_();
   }
+  // Blocking: returns once the effects of earlier changed() calls are visible to clients of
+  // the upstream (the pg_replication_slots mirror), so a slot command's result is never ahead
+  // of what SQL sees. Run it on the blocking pool.
+  void on_mirror_sync(std::function<void()> sync) { mirror_sync_ = std::move(sync); }
+  void sync_mirror() const {
+    if (mirror_sync_) mirror_sync_();
+  }
 
  private:
   void wake_all();
@@ -113,6 +120,7 @@ class ReplicationHub {
   bool stopping_ = false;
   std::map<int, Running> walsenders_;
   std::function<void()> change_listener_;
+  std::function<void()> mirror_sync_;
   // Keeps log callbacks from touching a destroyed hub.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

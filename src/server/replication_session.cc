@@ -21,6 +21,9 @@ namespace {
 
 using pgoutput::ReplicationCommand;
 
+// A session end that needs no FATAL message: the walsender already said goodbye.
+constexpr const char* kQuietClose = "00000";
+
 std::string slot_not_found(const std::string& name) {
   return "replication slot \"" + name + "\" does not exist";
 }
@@ -135,6 +138,7 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
           }
           auto done = co_await execute(*command, out);
           if (!done.ok()) {
+            if (done.error().sqlstate == kQuietClose) co_return Status{};
             if (done.error().sqlstate == "08006" || done.error().sqlstate == "57P01") {
               co_return done.error();
             }
@@ -332,6 +336,10 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   if (!created.ok()) co_return created.error();
   if (command.temporary) temporary_slots_.push_back(command.slot_name);
   hub_.changed();
+  co_await run_blocking(hub_.blocking(), [this] {
+    hub_.sync_mirror();
+    return true;
+  });
 
   std::optional<std::string> snapshot_name;
   if (snapshot && command.snapshot == pgoutput::SnapshotAction::kUse) {
@@ -382,6 +390,10 @@ upstream::awaitable<Status> ReplicationSession::drop_slot(
   if (!dropped.ok()) co_return dropped.error();
   std::erase(temporary_slots_, command.slot_name);
   hub_.changed();
+  co_await run_blocking(hub_.blocking(), [this] {
+    hub_.sync_mirror();
+    return true;
+  });
   append_command_complete(out, "DROP_REPLICATION_SLOT");
   co_return Status{};
 }
@@ -444,7 +456,10 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   (void)hub_.slots().release(name);
   (void)hub_.slots().flush();
   hub_.changed();
-  if (!streamed.ok()) co_return streamed;
+  if (!streamed.ok()) co_return streamed.error();
+  if (*streamed == StreamEnd::kShutdown) {
+    co_return Error::make(kQuietClose, "server shutdown");
+  }
   // After CopyDone: the COPY ends, then the command, as Postgres's walsender reports them.
   append_command_complete(out, "COPY 0");
   append_command_complete(out, "START_REPLICATION");

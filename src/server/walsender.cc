@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
+#include "server/command_result.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
 
@@ -121,6 +122,7 @@ upstream::awaitable<Status> send_entry(
   log::ViewReader reader(view, cursor, meta);
   bool transactional = meta.kind == log::EntryKind::kTransaction;
   bool begun = false;
+  std::vector<log::Change> pending_types;
   for (;;) {
     if (out.size() >= kWriteChunk) {
       PGRELAY_CO_TRY(co_await client.write(out));
@@ -138,11 +140,22 @@ upstream::awaitable<Status> send_entry(
       }
       begun = true;
     }
+    // Types travel with their Relation: both go out only when the consumer does not know the
+    // Relation yet (or it changed), as pgoutput's per-session cache decides.
+    if (std::holds_alternative<pgoutput::Type>(c.message)) {
+      pending_types.push_back(std::move(c));
+      continue;
+    }
     if (auto* rel = std::get_if<pgoutput::Relation>(&c.message)) {
       auto known = sent_relations.find(rel->oid);
-      if (known != sent_relations.end() && known->second == *rel) continue;
+      if (known != sent_relations.end() && known->second == *rel) {
+        pending_types.clear();
+        continue;
+      }
       sent_relations[rel->oid] = *rel;
     }
+    for (auto& type : pending_types) append_xlog(out, type.lsn, log::to_message(std::move(type.message)));
+    pending_types.clear();
     append_xlog(out, c.lsn, log::to_message(std::move(c.message)));
   }
   if (transactional && reader.send_entry()) {
@@ -157,8 +170,8 @@ upstream::awaitable<Status> send_entry(
 
 }  // namespace
 
-upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, ReplicationHub& hub,
-                                          WalsenderParams params) {
+upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
+                                                     ReplicationHub& hub, WalsenderParams params) {
   auto executor = co_await asio::this_coro::executor;
   auto slot = hub.slots().get(params.slot);
   if (!slot) {
@@ -194,6 +207,8 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
   std::unordered_map<pgoutput::Oid, pgoutput::Relation> sent_relations;
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
   Clock::time_point last_ping = Clock::time_point::min();
+  std::optional<Clock::time_point> stop_deadline;
+  StreamEnd ended = StreamEnd::kConsumerDone;
   Bytes out;
   Status outcome;
   for (;;) {
@@ -201,7 +216,7 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
       outcome = Error::make("57P01", "terminating connection due to administrator command");
       break;
     }
-    if (state->copy_done || state->reader_finished) break;
+    if (state->copy_done || (state->reader_finished && !state->stopping)) break;
     // Read what the log has, a chunk at a time.
     bool caught_up = false;
     while (out.size() < kWriteChunk) {
@@ -252,17 +267,25 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
     }
     if (!caught_up) continue;
     if (state->stopping) {
-      // Shutdown, as Postgres's walsender does it: everything sent, then CopyDone; wait a
-      // moment for the consumer's CopyDone so it can confirm what it received.
-      Bytes copy_done = wire::encode(wire::CopyDone{});
-      (void)co_await client.write(copy_done);
-      auto give_up = Clock::now() + std::chrono::seconds(2);
-      while (!state->reader_finished && Clock::now() < give_up) {
-        state->wake.expires_after(std::chrono::milliseconds(50));
-        co_await state->wake.async_wait(upstream::kAsTuple);
+      // Shutdown, as Postgres's WalSndDone does it: once everything is sent, ask the consumer
+      // to confirm it, then end the COPY with CommandComplete "COPY 0" and close. Waiting is
+      // bounded here (Postgres waits up to wal_sender_timeout).
+      if (!stop_deadline) {
+        stop_deadline = now + std::chrono::seconds(2);
+        Bytes confirm_request;
+        append_keepalive(confirm_request, sent, true);
+        (void)co_await client.write(confirm_request);
       }
-      outcome = Error::make("57P01", "terminating connection due to administrator command");
-      break;
+      if (state->flush >= sent || now >= *stop_deadline || state->reader_finished) {
+        Bytes done;
+        append_command_complete(done, "COPY 0");
+        (void)co_await client.write(done);
+        ended = StreamEnd::kShutdown;
+        break;
+      }
+      state->wake.expires_after(std::chrono::milliseconds(50));
+      co_await state->wake.async_wait(upstream::kAsTuple);
+      continue;
     }
     if (params.timeout.count() > 0 && now - state->last_reply >= params.timeout) {
       outcome = Error::make("08006", "terminating walsender process due to replication timeout",
@@ -280,10 +303,11 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
   hub.unwatch(&state->wake);
   hub.remove_walsender(info.pid);
 
-  if (state->copy_done && outcome.ok()) {
+  if (state->copy_done && outcome.ok() && ended == StreamEnd::kConsumerDone) {
     // The consumer ended the stream: answer CopyDone as Postgres does.
     Bytes copy_done = wire::encode(wire::CopyDone{});
-    co_return co_await client.write(copy_done);
+    PGRELAY_CO_TRY(co_await client.write(copy_done));
+    co_return StreamEnd::kConsumerDone;
   }
   // Ending for another reason: stop the reader before the session (and `client`) goes away.
   client.transport().close();
@@ -291,9 +315,10 @@ upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, Repli
     state->wake.expires_after(std::chrono::milliseconds(10));
     co_await state->wake.async_wait(upstream::kAsTuple);
   }
+  if (ended == StreamEnd::kShutdown) co_return StreamEnd::kShutdown;
   if (state->reader_error && outcome.ok()) co_return *state->reader_error;
   if (outcome.ok()) co_return Error::make("08006", "the consumer closed the connection");
-  co_return outcome;
+  co_return outcome.error();
 }
 
 }  // namespace pgrelay::server

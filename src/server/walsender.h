@@ -22,12 +22,16 @@ struct WalsenderParams {
   WalsenderInfo info;  // pid, user, application name... for pg_stat_replication
 };
 
+enum class StreamEnd {
+  kConsumerDone,  // the consumer sent CopyDone; ours is sent, the caller completes the command
+  kShutdown,      // server shutdown: "COPY 0" was sent after the consumer confirmed; close
+};
+
 // Runs START_REPLICATION after its checks passed and the slot was acquired: sends
 // CopyBothResponse, then the slot's transactions from max(requested, confirmed_flush) onwards,
-// keepalives, and applies the consumer's standby status updates to the slot. Returns ok when
-// the consumer ended the stream with CopyDone (the CopyDone reply has been sent; the caller
-// completes the command), an Error when the session must end (the caller reports it).
-upstream::awaitable<Status> run_walsender(upstream::MessageStream& client, ReplicationHub& hub,
-                                          WalsenderParams params);
+// keepalives, and applies the consumer's standby status updates to the slot. An Error means
+// the session must end (the caller reports it).
+upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
+                                                     ReplicationHub& hub, WalsenderParams params);
 
 }  // namespace pgrelay::server

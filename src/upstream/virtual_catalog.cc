@@ -670,7 +670,7 @@ Result<std::vector<CatalogRequest>> VirtualCatalog::take_requests() {
   return out;
 }
 
-Status VirtualCatalog::wait_for_requests(std::chrono::milliseconds timeout) {
+Result<bool> VirtualCatalog::wait_for_requests(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (PQconsumeInput(conn_) == 0) return connection_error(conn_, "lost the upstream connection");
@@ -679,10 +679,10 @@ Status VirtualCatalog::wait_for_requests(std::chrono::milliseconds timeout) {
       notified = notified || channel_ == n->relname;
       PQfreemem(n);
     }
-    if (notified) return {};
+    if (notified) return true;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return {};
+    if (left.count() <= 0) return false;
     pollfd p{PQsocket(conn_), POLLIN, 0};
     if (p.fd < 0) return connection_error(conn_, "lost the upstream connection");
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));

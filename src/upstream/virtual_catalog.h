@@ -112,8 +112,9 @@ class VirtualCatalog {
 
   // Reads and deletes the pending requests, oldest first.
   Result<std::vector<CatalogRequest>> take_requests();
-  // Returns when a request was notified (possibly before this call) or after `timeout`.
-  Status wait_for_requests(std::chrono::milliseconds timeout);
+  // Returns true when a request was notified (possibly before this call), false after
+  // `timeout` without one.
+  Result<bool> wait_for_requests(std::chrono::milliseconds timeout);
 
   const std::string& schema() const { return schema_; }
   // The NOTIFY channel requests are announced on.

@@ -547,7 +547,9 @@ TEST_F(VirtualCatalogTest, WalPositionIsAtLeastTheLogHead) {
 
 TEST_F(VirtualCatalogTest, WaitForRequestsWakesOnNotify) {
   auto started = std::chrono::steady_clock::now();
-  ASSERT_TRUE(catalog_->wait_for_requests(std::chrono::milliseconds(200)).ok());
+  auto waited = catalog_->wait_for_requests(std::chrono::milliseconds(200));
+  ASSERT_TRUE(waited.ok());
+  EXPECT_FALSE(*waited);
   const auto idle = std::chrono::steady_clock::now() - started;
   EXPECT_GE(idle, std::chrono::milliseconds(190));
 
@@ -558,7 +560,9 @@ TEST_F(VirtualCatalogTest, WaitForRequestsWakesOnNotify) {
     (void)run(c.raw(), virt("SELECT pg_drop_replication_slot('w1')"));
   });
   started = std::chrono::steady_clock::now();
-  ASSERT_TRUE(catalog_->wait_for_requests(std::chrono::seconds(20)).ok());
+  auto notified = catalog_->wait_for_requests(std::chrono::seconds(20));
+  ASSERT_TRUE(notified.ok());
+  EXPECT_TRUE(*notified);
   const auto woke = std::chrono::steady_clock::now() - started;
   dropper.join();
   EXPECT_LT(woke, std::chrono::seconds(10));
