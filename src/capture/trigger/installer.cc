@@ -1,56 +1,448 @@
-// Installs and removes trigger capture upstream: change table, meta table, per-table triggers.
+// Installs and removes trigger capture upstream: change table, layouts, functions, triggers.
 #include "capture/trigger/installer.h"
 
 #include <charconv>
-#include <map>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
-
-#include "capture/trigger/relation_info.h"
 
 namespace pgrelay::capture {
 namespace {
 
-// Operations a table is captured for (pg_publication's pubinsert ... pubtruncate).
-struct Ops {
-  bool insert = false;
-  bool update = false;
-  bool del = false;
-  bool truncate = false;
+// The functions install() creates. @S is the quoted schema, @L the schema as a literal (also the
+// NOTIFY channel), @R/@I/@U/@D/@T/@B/@E the quoted trigger names as literals. Every function body
+// is dollar-quoted with $fn$ (schema names with $, ' or % are refused, so pasting @S is safe). The
+// generated row functions and sync() build their SQL with format('%I'/'%L'), never by pasting
+// names.
+constexpr std::string_view kFunctions = R"sql(
+CREATE OR REPLACE FUNCTION @S.current_layout(p_relid pg_catalog.oid,
+    OUT nspname text, OUT relname text, OUT replident "char", OUT names text[],
+    OUT types pg_catalog.oid[], OUT typmods int4[], OUT keys bool[], OUT generated bool[],
+    OUT toastable bool[])
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT n.nspname::text, c.relname::text, c.relreplident,
+    coalesce(l.names, '{}'), coalesce(l.types, '{}'), coalesce(l.typmods, '{}'),
+    coalesce(l.keys, '{}'), coalesce(l.generated, '{}'), coalesce(l.toastable, '{}')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN LATERAL (
+    SELECT array_agg(a.attname::text ORDER BY a.attnum) AS names,
+      array_agg(a.atttypid ORDER BY a.attnum) AS types,
+      array_agg(a.atttypmod ORDER BY a.attnum) AS typmods,
+      array_agg(CASE c.relreplident WHEN 'f' THEN true WHEN 'n' THEN false ELSE EXISTS (
+          SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
+            AND ((c.relreplident = 'd' AND i.indisprimary)
+              OR (c.relreplident = 'i' AND i.indisreplident))
+            AND a.attnum = ANY (i.indkey)) END ORDER BY a.attnum) AS keys,
+      array_agg(a.attgenerated <> '' ORDER BY a.attnum) AS generated,
+      array_agg(a.attlen = -1 AND a.attstorage <> 'p' ORDER BY a.attnum) AS toastable
+    FROM pg_attribute a
+    WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) l ON true
+  WHERE c.oid = p_relid
+$fn$;
+
+CREATE OR REPLACE FUNCTION @S.remove_table(p_relid pg_catalog.oid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  tbl text;
+BEGIN
+  SELECT format('%I.%I', n.nspname, c.relname) INTO tbl FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_relid;
+  IF tbl IS NOT NULL THEN
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @R, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @I, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @U, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @D, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @B, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @T, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @E, tbl);
+  END IF;
+  EXECUTE format('DROP FUNCTION IF EXISTS @S.%I()', 'capture_' || p_relid);
+  DELETE FROM @S.captured WHERE relid = p_relid;
+END
+$fn$;
+
+-- Records the table's layout if it changed and regenerates its triggers when they were made
+-- for another layout version or other operations. Returns the current version (NULL when the
+-- table is not captured or no longer exists).
+CREATE OR REPLACE FUNCTION @S.refresh_table(p_relid pg_catalog.oid) RETURNS int4
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  cap record;
+  cur record;
+  prev record;
+  v int4;
+  tbl text;
+  fn text;
+  body text;
+  exact boolean;
+  has_key boolean;
+  old_kind text;
+  unchanged text[] := '{}';
+  cols text := '';
+  threshold int4;
+  i int4;
+BEGIN
+  SELECT * INTO cap FROM @S.captured WHERE relid = p_relid;
+  IF NOT FOUND THEN RETURN NULL; END IF;
+  SELECT * INTO cur FROM @S.current_layout(p_relid);
+  IF cur.nspname IS NULL THEN RETURN NULL; END IF;
+  SELECT * INTO prev FROM @S.layouts WHERE relid = p_relid ORDER BY version DESC LIMIT 1;
+  IF FOUND AND ROW(prev.nspname, prev.relname, prev.replident, prev.names, prev.types,
+                   prev.typmods, prev.keys, prev.generated, prev.toastable)
+      IS NOT DISTINCT FROM ROW(cur.nspname, cur.relname, cur.replident, cur.names, cur.types,
+                               cur.typmods, cur.keys, cur.generated, cur.toastable) THEN
+    v := prev.version;
+  ELSE
+    v := coalesce(prev.version, 0) + 1;
+    INSERT INTO @S.layouts (relid, version, nspname, relname, replident, names, types, typmods,
+                            keys, generated, toastable)
+    VALUES (p_relid, v, cur.nspname, cur.relname, cur.replident, cur.names, cur.types,
+            cur.typmods, cur.keys, cur.generated, cur.toastable);
+  END IF;
+  IF cap.layout = v THEN RETURN v; END IF;
+
+  tbl := format('%I.%I', cur.nspname, cur.relname);
+  fn := format('@S.%I', 'capture_' || p_relid);
+  exact := EXISTS (SELECT 1 FROM @S.meta WHERE key = 'event_trigger' AND value = 'on');
+  threshold := (SELECT value::int4 FROM @S.meta WHERE key = 'toast_threshold');
+  has_key := true = ANY (cur.keys);
+  old_kind := CASE WHEN cur.replident = 'f' THEN '''O''' WHEN has_key THEN '''K''' END;
+  IF exact THEN
+    FOR i IN 1 .. coalesce(array_length(cur.names, 1), 0) LOOP
+      IF cur.toastable[i] AND NOT cur.generated[i] THEN
+        cols := cols || format(', r.%I AS c%s', cur.names[i], i);
+        unchanged := unchanged || format(
+          'CASE WHEN pg_catalog.pg_column_size(n.c%1$s) >= %2$s AND '
+          'ROW(n.c%1$s)::record OPERATOR(pg_catalog.*=) ROW(o.c%1$s)::record THEN %1$s END',
+          i, threshold);
+      END IF;
+    END LOOP;
+  END IF;
+
+  -- Statement-level: one call per statement, the rows from its transition tables in the order
+  -- they were changed. An UPDATE's old and new transition rows are stored pairwise, so their
+  -- positions pair them.
+  body := E'BEGIN\n  IF TG_OP = ''INSERT'' THEN\n    '
+    || format('INSERT INTO @S.changes (rel, op, layout, new_row) SELECT TG_RELID, ''I'', %s, '
+              'r::text FROM pgrelay_new r;', v)
+    || E'\n  ELSIF TG_OP = ''UPDATE'' THEN\n    '
+    || format('INSERT INTO @S.changes (rel, op, layout, old_kind, old_row, new_row, unchanged) '
+              'SELECT TG_RELID, ''U'', %s, %s, %s, n.t, %s FROM '
+              '(SELECT pg_catalog.row_number() OVER () AS i, r::text AS t%s FROM pgrelay_old r) o '
+              'JOIN (SELECT pg_catalog.row_number() OVER () AS i, r::text AS t%s '
+              'FROM pgrelay_new r) n ON n.i OPERATOR(pg_catalog.=) o.i ORDER BY n.i;', v,
+              coalesce(old_kind, 'NULL'), CASE WHEN old_kind IS NULL THEN 'NULL' ELSE 'o.t' END,
+              CASE WHEN cardinality(unchanged) = 0 THEN 'NULL' ELSE
+                'pg_catalog.array_remove(ARRAY[' || array_to_string(unchanged, ', ')
+                || ']::int2[], NULL)' END, cols, cols)
+    || E'\n  ELSE\n    '
+    || CASE WHEN old_kind IS NULL THEN 'NULL; -- pgoutput sends no Delete without an old tuple'
+       ELSE format('INSERT INTO @S.changes (rel, op, layout, old_kind, old_row) SELECT '
+                   'TG_RELID, ''D'', %s, %s, r::text FROM pgrelay_old r;', v, old_kind) END
+    || E'\n  END IF;\n  IF EXISTS (SELECT 1 FROM @S.wakeup WHERE armed) THEN\n    '
+    || format('PERFORM pg_catalog.pg_notify(%L, '''');', @L)
+    || E'\n  END IF;\n  RETURN NULL;\nEND';
+  EXECUTE format('CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql '
+                 'SECURITY DEFINER %s AS %L', fn,
+                 (SELECT value FROM @S.meta WHERE key = 'settings'), body);
+  EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn);
+
+  EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @R, tbl);  -- row trigger of version 1
+  IF cap.ins THEN
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER INSERT ON %s REFERENCING NEW TABLE AS '
+                   'pgrelay_new FOR EACH STATEMENT EXECUTE FUNCTION %s()', @I, tbl, fn);
+  ELSE
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @I, tbl);
+  END IF;
+  IF cap.upd THEN
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER UPDATE ON %s REFERENCING OLD TABLE AS '
+                   'pgrelay_old NEW TABLE AS pgrelay_new FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+                   @U, tbl, fn);
+  ELSE
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @U, tbl);
+  END IF;
+  IF cap.del AND old_kind IS NOT NULL THEN
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER DELETE ON %s REFERENCING OLD TABLE AS '
+                   'pgrelay_old FOR EACH STATEMENT EXECUTE FUNCTION %s()', @D, tbl, fn);
+  ELSE
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @D, tbl);
+  END IF;
+  IF cap.trunc THEN
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
+                   'EXECUTE FUNCTION @S.truncate_begin()', @B, tbl);
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER TRUNCATE ON %s FOR EACH STATEMENT '
+                   'EXECUTE FUNCTION @S.capture_truncate(%L)', @T, tbl, v);
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER TRUNCATE ON %s FOR EACH STATEMENT '
+                   'EXECUTE FUNCTION @S.truncate_end()', @E, tbl);
+  ELSE
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @B, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @T, tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @E, tbl);
+  END IF;
+  UPDATE @S.captured SET layout = v WHERE relid = p_relid;
+  RETURN v;
+END
+$fn$;
+
+-- Brings the captured tables in line with the sources (configured tables, publications) and
+-- the tables' layouts. strict: raise on a table capture cannot handle, instead of skipping it.
+CREATE OR REPLACE FUNCTION @S.sync(strict boolean) RETURNS int4
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  r record;
+  n int4 := 0;
+BEGIN
+  LOCK TABLE @S.captured IN EXCLUSIVE MODE;
+  FOR r IN
+    WITH wanted AS (
+      SELECT c.oid AS relid, c.relkind, n.nspname, c.relname, p.pubname,
+             p.pubinsert AS ins, p.pubupdate AS upd, p.pubdelete AS del, p.pubtruncate AS trunc
+      FROM @S.sources s
+      JOIN pg_publication p ON p.pubname = s.publication OR s.publication = '*'
+      JOIN pg_publication_tables pt ON pt.pubname = p.pubname
+      JOIN pg_namespace n ON n.nspname = pt.schemaname
+      JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+      WHERE s.publication IS NOT NULL AND pt.schemaname <> @L
+      UNION ALL
+      SELECT c.oid, c.relkind, n.nspname, c.relname, NULL, true, true, true, true
+      FROM @S.sources s
+      JOIN pg_class c ON c.oid = s.relid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE s.publication IS NULL
+    )
+    SELECT w.relid, min(w.relkind::text) AS relkind, min(w.nspname) AS nspname,
+           min(w.relname) AS relname, min(w.pubname) AS pubname, bool_or(w.ins) AS ins,
+           bool_or(w.upd) AS upd, bool_or(w.del) AS del, bool_or(w.trunc) AS trunc
+    FROM wanted w GROUP BY w.relid
+  LOOP
+    IF r.relkind <> 'r' THEN
+      IF strict THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+          MESSAGE = format('"%s.%s"%s is not a plain table', r.nspname, r.relname,
+                           CASE WHEN r.pubname IS NULL THEN ''
+                           ELSE format(' of publication "%s"', r.pubname) END),
+          HINT = 'Trigger capture supports ordinary tables only (no partitioned tables yet).';
+      END IF;
+      CONTINUE;
+    END IF;
+    -- Written only when something changed: an idle sync assigns no xid and writes no WAL.
+    IF NOT EXISTS (SELECT 1 FROM @S.captured c WHERE c.relid = r.relid) THEN
+      INSERT INTO @S.captured (relid, ins, upd, del, trunc, layout)
+      VALUES (r.relid, r.ins, r.upd, r.del, r.trunc, 0);
+    ELSIF NOT EXISTS (SELECT 1 FROM @S.captured c WHERE c.relid = r.relid
+                        AND ROW(c.ins, c.upd, c.del, c.trunc)
+                            = ROW(r.ins, r.upd, r.del, r.trunc)) THEN
+      UPDATE @S.captured SET ins = r.ins, upd = r.upd, del = r.del, trunc = r.trunc, layout = 0
+      WHERE relid = r.relid;
+    END IF;
+    n := n + 1;
+    PERFORM @S.refresh_table(r.relid);
+  END LOOP;
+  -- Tables no longer wanted (or dropped, or no longer plain).
+  FOR r IN
+    SELECT c.relid FROM @S.captured c WHERE NOT EXISTS (
+      SELECT 1 FROM pg_class k WHERE k.oid = c.relid AND k.relkind = 'r' AND (
+        EXISTS (SELECT 1 FROM @S.sources s JOIN pg_publication_tables pt
+                  ON pt.pubname = s.publication OR s.publication = '*'
+                JOIN pg_namespace n ON n.nspname = pt.schemaname
+                WHERE n.oid = k.relnamespace AND pt.tablename = k.relname)
+        OR EXISTS (SELECT 1 FROM @S.sources s WHERE s.publication IS NULL AND s.relid = k.oid)))
+  LOOP
+    PERFORM @S.remove_table(r.relid);
+  END LOOP;
+  -- Layouts no change row needs any more: older versions and those of tables not captured.
+  DELETE FROM @S.layouts l
+  WHERE (l.version < (SELECT max(m.version) FROM @S.layouts m WHERE m.relid = l.relid)
+         OR NOT EXISTS (SELECT 1 FROM @S.captured c WHERE c.relid = l.relid))
+    AND NOT EXISTS (SELECT 1 FROM @S.changes x WHERE x.rel = l.relid AND x.layout = l.version);
+  RETURN n;
+END
+$fn$;
+
+-- TRUNCATE statement numbering: BEFORE starts a statement unless one is already starting, the
+-- second AFTER trigger ends it. Invoker rights and no SET clause: a function's SET clause would
+-- undo the transaction-local settings when it returns.
+CREATE OR REPLACE FUNCTION @S.truncate_begin() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF coalesce(pg_catalog.current_setting('pgrelay.truncate_phase', true), '')
+      OPERATOR(pg_catalog.<>) 'b' THEN
+    PERFORM pg_catalog.set_config('pgrelay.truncate_statement', pg_catalog.int8pl(
+      coalesce(nullif(pg_catalog.current_setting('pgrelay.truncate_statement', true),
+                                 ''), '0')::pg_catalog.int8, 1)::text, true);
+    PERFORM pg_catalog.set_config('pgrelay.truncate_phase', 'b', true);
+  END IF;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @S.truncate_end() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  PERFORM pg_catalog.set_config('pgrelay.truncate_phase', 'a', true);
+  RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @S.capture_truncate() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  INSERT INTO @S.changes (rel, op, layout, info) VALUES (TG_RELID, 'T', TG_ARGV[0]::int4,
+    coalesce(current_setting('pgrelay.truncate_statement', true), '') || ':'
+    || coalesce(current_query(), ''));
+  IF EXISTS (SELECT 1 FROM @S.wakeup WHERE armed) THEN PERFORM pg_notify(@L, ''); END IF;
+  RETURN NULL;
+END
+$fn$;
+
+-- pg_logical_emit_message for trigger capture. The LSN returned is the upstream's WAL insert
+-- position when the message was written: the message reaches the log at a greater LSN (batches
+-- are placed at or after the WAL position of the poll that reads them), so "the stream passed
+-- the returned LSN" never comes before the message. A non-transactional message becomes visible
+-- when the calling transaction commits, and is lost if it rolls back (there are no autonomous
+-- transactions without extensions); in autocommit, the usual way to call it, that is at once.
+CREATE OR REPLACE FUNCTION @S.emit_message(transactional boolean, prefix text, content bytea)
+RETURNS pg_catalog.pg_lsn LANGUAGE plpgsql STRICT VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  INSERT INTO @S.changes (rel, op, info, content)
+  VALUES (0, CASE WHEN transactional THEN 'M' ELSE 'm' END, prefix, content);
+  IF EXISTS (SELECT 1 FROM @S.wakeup WHERE armed) THEN PERFORM pg_notify(@L, ''); END IF;
+  RETURN pg_current_wal_insert_lsn();
+END
+$fn$;
+
+-- The text form sends the text's bytes in the server encoding, as Postgres's does.
+CREATE OR REPLACE FUNCTION @S.emit_message(transactional boolean, prefix text, content text)
+RETURNS pg_catalog.pg_lsn LANGUAGE sql STRICT VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT @S.emit_message($1, $2, convert_to($3, current_setting('server_encoding')))
+$fn$;
+
+-- Event trigger: follows DDL inside its transaction. Never fails the DDL: on error it warns and
+-- leaves the catch-up to the capture service's periodic sync.
+CREATE OR REPLACE FUNCTION @S.on_ddl() RETURNS event_trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF current_setting('pgrelay.in_sync', true) = 'on' THEN RETURN; END IF;
+  IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() d
+             WHERE d.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO',
+                                     'ALTER TABLE', 'CREATE PUBLICATION', 'ALTER PUBLICATION',
+                                     'ALTER SCHEMA', 'CREATE INDEX', 'ALTER INDEX')
+                OR (d.classid = 'pg_class'::regclass
+                    AND d.objid IN (SELECT relid FROM @S.captured))) THEN
+    BEGIN
+      PERFORM set_config('pgrelay.in_sync', 'on', true);
+      PERFORM @S.sync(false);
+      PERFORM set_config('pgrelay.in_sync', 'off', true);
+    EXCEPTION WHEN OTHERS THEN
+      RAISE WARNING 'pgrelay trigger capture could not follow this DDL: %', SQLERRM;
+    END;
+  END IF;
+END
+$fn$;
+)sql";
+
+// Functions the capture role keeps to itself.
+constexpr std::string_view kPrivateFunctions[] = {
+    "current_layout(pg_catalog.oid)",
+    "remove_table(pg_catalog.oid)",
+    "refresh_table(pg_catalog.oid)",
+    "sync(boolean)",
+    "capture_truncate()",
+    "on_ddl()",
 };
 
-// Names of the objects install() creates, quoted once.
 struct Names {
-  std::string schema;         // quoted schema
-  std::string changes;        // schema.changes
-  std::string meta;           // schema.meta
-  std::string captured;       // schema.captured
-  std::string row_trigger;    // quoted trigger name on captured tables
-  std::string trunc_trigger;  // quoted truncate trigger name
-  std::string trunc_function;
+  std::string schema;   // quoted schema
+  std::string literal;  // schema as a literal: the NOTIFY channel
+  std::string meta;
+  std::string changes;
+  std::string captured;
+  std::string layouts;
+  std::string sources;
+  std::string wakeup;
+  std::string row_trigger;  // version 1's row trigger, dropped on upgrade
+  std::string insert_trigger;
+  std::string update_trigger;
+  std::string delete_trigger;
+  std::string trunc_trigger;
+  std::string trunc_begin_trigger;
+  std::string trunc_end_trigger;
+  std::string event_trigger;
+  // The quoted trigger names as literals, for format() in generated SQL.
+  std::string row_trigger_literal;
+  std::string insert_trigger_literal;
+  std::string update_trigger_literal;
+  std::string delete_trigger_literal;
+  std::string trunc_trigger_literal;
+  std::string trunc_begin_trigger_literal;
+  std::string trunc_end_trigger_literal;
 };
 
 Result<Names> make_names(PgSession& s, const std::string& schema) {
+  if (schema.empty() || schema.find_first_of("$'%") != std::string::npos) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "invalid trigger capture schema name \"" + schema + "\"",
+                       "The schema name must be non-empty and must not contain $, ' or %.");
+  }
   Names n;
   auto q = s.ident(schema);
   if (!q.ok()) return q.error();
   n.schema = *q;
-  n.changes = n.schema + ".changes";
+  auto lit = s.literal(schema);
+  if (!lit.ok()) return lit.error();
+  n.literal = *lit;
   n.meta = n.schema + ".meta";
+  n.changes = n.schema + ".changes";
   n.captured = n.schema + ".captured";
-  auto row = s.ident(schema + "_capture");
-  if (!row.ok()) return row.error();
-  n.row_trigger = *row;
-  auto trunc = s.ident(schema + "_capture_truncate");
-  if (!trunc.ok()) return trunc.error();
-  n.trunc_trigger = *trunc;
-  n.trunc_function = n.schema + ".capture_truncate()";
+  n.layouts = n.schema + ".layouts";
+  n.sources = n.schema + ".sources";
+  n.wakeup = n.schema + ".wakeup";
+  for (auto [out, suffix] :
+       {std::pair{&n.row_trigger, "_capture"}, std::pair{&n.insert_trigger, "_capture_insert"},
+        std::pair{&n.update_trigger, "_capture_update"},
+        std::pair{&n.delete_trigger, "_capture_delete"},
+        std::pair{&n.trunc_trigger, "_capture_truncate"},
+        std::pair{&n.trunc_begin_trigger, "_capture_truncate_begin"},
+        std::pair{&n.trunc_end_trigger, "_capture_truncate_end"},
+        std::pair{&n.event_trigger, "_ddl"}}) {
+    auto t = s.ident(schema + suffix);
+    if (!t.ok()) return t.error();
+    *out = *t;
+  }
+  for (auto [out, quoted] : {std::pair{&n.row_trigger_literal, &n.row_trigger},
+                             std::pair{&n.insert_trigger_literal, &n.insert_trigger},
+                             std::pair{&n.update_trigger_literal, &n.update_trigger},
+                             std::pair{&n.delete_trigger_literal, &n.delete_trigger},
+                             std::pair{&n.trunc_trigger_literal, &n.trunc_trigger},
+                             std::pair{&n.trunc_begin_trigger_literal, &n.trunc_begin_trigger},
+                             std::pair{&n.trunc_end_trigger_literal, &n.trunc_end_trigger}}) {
+    auto l = s.literal(*quoted);
+    if (!l.ok()) return l.error();
+    *out = *l;
+  }
   return n;
 }
 
-std::string row_function(const Names& n, std::uint32_t oid) {
-  return n.schema + ".\"capture_" + std::to_string(oid) + "\"()";
+std::string replace_all(std::string text, std::string_view from, const std::string& to) {
+  for (std::size_t pos = text.find(from); pos != std::string::npos;
+       pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+std::string functions_sql(const Names& n) {
+  std::string sql(kFunctions);
+  sql = replace_all(std::move(sql), "@S", n.schema);
+  sql = replace_all(std::move(sql), "@L", n.literal);
+  sql = replace_all(std::move(sql), "@R", n.row_trigger_literal);
+  sql = replace_all(std::move(sql), "@I", n.insert_trigger_literal);
+  sql = replace_all(std::move(sql), "@U", n.update_trigger_literal);
+  sql = replace_all(std::move(sql), "@D", n.delete_trigger_literal);
+  sql = replace_all(std::move(sql), "@T", n.trunc_trigger_literal);
+  sql = replace_all(std::move(sql), "@B", n.trunc_begin_trigger_literal);
+  sql = replace_all(std::move(sql), "@E", n.trunc_end_trigger_literal);
+  return sql;
 }
 
 // Rolls back unless committed, so every error path leaves the upstream as it was.
@@ -75,7 +467,6 @@ class Transaction {
   bool open_ = false;
 };
 
-// An OID or version the server printed; 0 when it is not a number (never thrown).
 std::uint32_t to_u32(std::string_view text) {
   std::uint32_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -109,137 +500,6 @@ Result<std::string> server_default(PgSession& s, const char* name) {
   return std::string(r->value(0, 0));
 }
 
-Status add_table(PgSession& s, std::map<std::uint32_t, Ops>& out, const TableName& t,
-                 const std::string& own_schema) {
-  if (t.schema == own_schema) {
-    // Capturing the change table would make every captured row write another one.
-    return Error::make(sqlstate::kInvalidParameterValue,
-                       "cannot capture \"" + t.schema + "." + t.name +
-                           "\": it is in trigger capture's own schema");
-  }
-  auto r = s.exec(
-      "SELECT c.oid::pg_catalog.int8, c.relkind::text FROM pg_catalog.pg_class c "
-      "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-      "WHERE n.nspname = $1 AND c.relname = $2",
-      {t.schema, t.name});
-  if (!r.ok()) return r.error();
-  if (r->rows() == 0) {
-    return Error::make("42P01", "relation \"" + t.schema + "." + t.name + "\" does not exist");
-  }
-  if (r->value(0, 1) != "r") {
-    return Error::make(
-        sqlstate::kFeatureNotSupported, "\"" + t.schema + "." + t.name + "\" is not a plain table",
-        "Trigger capture supports ordinary tables only (no partitioned tables yet).");
-  }
-  out[to_u32(r->value(0, 0))] = Ops{true, true, true, true};
-  return {};
-}
-
-Status add_publication(PgSession& s, std::map<std::uint32_t, Ops>& out, const std::string& pub,
-                       const std::string& own_schema) {
-  auto p = s.exec(
-      "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication "
-      "WHERE pubname = $1",
-      {pub});
-  if (!p.ok()) return p.error();
-  if (p->rows() == 0) {
-    return Error::make(sqlstate::kUndefinedObject, "publication \"" + pub + "\" does not exist");
-  }
-  Ops ops{p->value(0, 0) == "t", p->value(0, 1) == "t", p->value(0, 2) == "t",
-          p->value(0, 3) == "t"};
-  auto t = s.exec(
-      "SELECT c.oid::pg_catalog.int8, c.relkind::text, pt.schemaname, pt.tablename "
-      "FROM pg_catalog.pg_publication_tables pt "
-      "JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname "
-      "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-      "WHERE pt.pubname = $1 AND pt.schemaname <> $2",
-      {pub, own_schema});
-  if (!t.ok()) return t.error();
-  for (int i = 0; i < t->rows(); ++i) {
-    if (t->value(i, 1) != "r") {
-      return Error::make(
-          sqlstate::kFeatureNotSupported,
-          "\"" + std::string(t->value(i, 2)) + "." + std::string(t->value(i, 3)) +
-              "\" of publication \"" + pub + "\" is not a plain table",
-          "Trigger capture supports ordinary tables only (no partitioned tables yet).");
-    }
-    Ops& o = out[to_u32(t->value(i, 0))];
-    o.insert |= ops.insert;
-    o.update |= ops.update;
-    o.del |= ops.del;
-    o.truncate |= ops.truncate;
-  }
-  return {};
-}
-
-// ARRAY[...] of the row's columns as their output functions print them; `mask` selects the
-// columns kept (others are NULL, as in pgoutput's key tuples). format('%s') calls the type's
-// output function (a ::text cast would not: bool and inet have their own casts); num_nulls tests
-// the datum itself, where IS NULL would look inside composite values.
-Result<std::string> row_array(PgSession& s, const pgoutput::Relation& rel, const char* row,
-                              bool keys_only) {
-  if (rel.columns.empty()) return std::string("'{}'::text[]");
-  std::string out = "ARRAY[";
-  for (std::size_t i = 0; i < rel.columns.size(); ++i) {
-    if (i > 0) out += ", ";
-    if (keys_only && !rel.columns[i].is_key()) {
-      out += "NULL::text";
-      continue;
-    }
-    auto col = s.ident(rel.columns[i].name);
-    if (!col.ok()) return col.error();
-    const std::string ref = std::string(row) + "." + *col;
-    out += "CASE WHEN pg_catalog.num_nulls(" + ref + ") = 1 THEN NULL::text ELSE " +
-           "pg_catalog.format('%s', " + ref + ") END";
-  }
-  return out + "]::text[]";
-}
-
-Result<std::string> function_body(PgSession& s, const Names& n, const pgoutput::Relation& rel) {
-  auto new_row = row_array(s, rel, "NEW", false);
-  if (!new_row.ok()) return new_row.error();
-  auto old_full = row_array(s, rel, "OLD", false);
-  if (!old_full.ok()) return old_full.error();
-  auto old_key = row_array(s, rel, "OLD", true);
-  if (!old_key.ok()) return old_key.error();
-  std::vector<std::size_t> keys;
-  for (std::size_t i = 0; i < rel.columns.size(); ++i) {
-    if (rel.columns[i].is_key()) keys.push_back(i + 1);
-  }
-  const bool full = rel.replica_identity == pgoutput::kReplicaIdentityFull;
-  const std::string ins = "INSERT INTO " + n.changes +
-                          " (rel, op, old_kind, old_values, new_values) VALUES (TG_RELID, ";
-
-  std::string b = "DECLARE\n  n text[];\n  o text[];\nBEGIN\n";
-  b += "  IF TG_OP = 'INSERT' THEN\n    " + ins + "'I', NULL, NULL, " + *new_row + ");\n";
-  b += "  ELSIF TG_OP = 'UPDATE' THEN\n    n := " + *new_row + ";\n";
-  if (full) {
-    b += "    " + ins + "'U', 'O', " + *old_full + ", n);\n";
-  } else if (!keys.empty()) {
-    // pgoutput sends the old key only when the key changed; the printed values tell.
-    b += "    o := " + *old_key + ";\n    IF ";
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      if (k > 0) b += " OR ";
-      b += "o[" + std::to_string(keys[k]) + "] IS DISTINCT FROM n[" + std::to_string(keys[k]) + "]";
-    }
-    b += " THEN\n      " + ins + "'U', 'K', o, n);\n    ELSE\n      " + ins +
-         "'U', NULL, NULL, n);\n    END IF;\n";
-  } else {
-    b += "    " + ins + "'U', NULL, NULL, n);\n";
-  }
-  b += "  ELSIF TG_OP = 'DELETE' THEN\n";
-  if (full) {
-    b += "    " + ins + "'D', 'O', " + *old_full + ", NULL);\n";
-  } else if (!keys.empty()) {
-    b += "    " + ins + "'D', 'K', " + *old_key + ", NULL);\n";
-  } else {
-    // pgoutput sends no Delete without an old tuple.
-    b += "    NULL;\n";
-  }
-  b += "  END IF;\n  RETURN NULL;\nEND";
-  return b;
-}
-
 // The SET clauses that make values independent of the writer's session: what a walsender
 // serving a default subscriber prints.
 Result<std::string> output_settings(PgSession& s, const std::string& timezone,
@@ -248,95 +508,92 @@ Result<std::string> output_settings(PgSession& s, const std::string& timezone,
   if (!tz.ok()) return tz.error();
   auto mon = s.literal(lc_monetary);
   if (!mon.ok()) return mon.error();
-  return " SET search_path = pg_catalog, pg_temp SET DateStyle = 'ISO, MDY'"
+  return "SET search_path = pg_catalog, pg_temp SET DateStyle = 'ISO, MDY'"
          " SET IntervalStyle = 'postgres' SET extra_float_digits = 3 SET bytea_output = 'hex'"
          " SET TimeZone = " +
          *tz + " SET lc_monetary = " + *mon;
 }
 
-Result<std::string> qualified_table(PgSession& s, std::uint32_t oid) {
+Status check_table(PgSession& s, const TableName& t, const std::string& own_schema) {
+  if (t.schema == own_schema) {
+    // Capturing the change table would make every captured row write another one.
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "cannot capture \"" + t.schema + "." + t.name +
+                           "\": it is in trigger capture's own schema");
+  }
   auto r = s.exec(
-      "SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) "
-      "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-      "WHERE c.oid = $1::pg_catalog.oid",
-      {std::to_string(oid)});
+      "SELECT c.relkind::text FROM pg_catalog.pg_class c "
+      "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+      "WHERE n.nspname = $1 AND c.relname = $2",
+      {t.schema, t.name});
   if (!r.ok()) return r.error();
-  if (r->rows() == 0) return std::string();
-  return std::string(r->value(0, 0));
-}
-
-Status install_table(PgSession& s, const Names& n, std::uint32_t oid, const Ops& ops,
-                     const std::string& settings) {
-  auto rel = load_relation(s, oid);
-  if (!rel.ok()) return rel.error();
-  if (!rel->has_value())
-    return Error::make("42P01", "relation with OID " + std::to_string(oid) + " does not exist");
-  auto table = qualified_table(s, oid);
-  if (!table.ok()) return table.error();
-  auto body = function_body(s, n, **rel);
-  if (!body.ok()) return body.error();
-  auto body_literal = s.literal(*body);
-  if (!body_literal.ok()) return body_literal.error();
-  const std::string fn = row_function(n, oid);
-  PGRELAY_TRY(s.run("CREATE OR REPLACE FUNCTION " + fn +
-                    " RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER" + settings + " AS " +
-                    *body_literal));
-  std::vector<std::string> events;
-  if (ops.insert) events.push_back("INSERT");
-  if (ops.update) events.push_back("UPDATE");
-  if (ops.del) events.push_back("DELETE");
-  if (events.empty()) {
-    PGRELAY_TRY(s.run("DROP TRIGGER IF EXISTS " + n.row_trigger + " ON " + *table));
-  } else {
-    std::string list;
-    for (const auto& e : events) list += (list.empty() ? "" : " OR ") + e;
-    PGRELAY_TRY(s.run("CREATE OR REPLACE TRIGGER " + n.row_trigger + " AFTER " + list + " ON " +
-                      *table + " FOR EACH ROW EXECUTE FUNCTION " + fn));
+  if (r->rows() == 0) {
+    return Error::make("42P01", "relation \"" + t.schema + "." + t.name + "\" does not exist");
   }
-  if (ops.truncate) {
-    PGRELAY_TRY(s.run("CREATE OR REPLACE TRIGGER " + n.trunc_trigger + " AFTER TRUNCATE ON " +
-                      *table + " FOR EACH STATEMENT EXECUTE FUNCTION " + n.trunc_function));
-  } else {
-    PGRELAY_TRY(s.run("DROP TRIGGER IF EXISTS " + n.trunc_trigger + " ON " + *table));
-  }
-  return s.run("INSERT INTO " + n.captured +
-                   " (relid) VALUES ($1::pg_catalog.oid) ON CONFLICT (relid) DO NOTHING",
-               {std::to_string(oid)});
-}
-
-Status remove_table(PgSession& s, const Names& n, std::uint32_t oid) {
-  auto table = qualified_table(s, oid);
-  if (!table.ok()) return table.error();
-  if (!table->empty()) {
-    PGRELAY_TRY(s.run("DROP TRIGGER IF EXISTS " + n.row_trigger + " ON " + *table));
-    PGRELAY_TRY(s.run("DROP TRIGGER IF EXISTS " + n.trunc_trigger + " ON " + *table));
-  }
-  PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + row_function(n, oid)));
-  return s.run("DELETE FROM " + n.captured + " WHERE relid = $1::pg_catalog.oid",
-               {std::to_string(oid)});
-}
-
-Result<std::vector<std::uint32_t>> captured_tables(PgSession& s, const Names& n) {
-  auto r = s.exec("SELECT relid::pg_catalog.int8 FROM " + n.captured + " ORDER BY relid");
-  if (!r.ok()) return r.error();
-  std::vector<std::uint32_t> out;
-  for (int i = 0; i < r->rows(); ++i) {
-    out.push_back(to_u32(r->value(i, 0)));
-  }
-  return out;
-}
-
-Status check_version(PgSession& s, const std::string& schema) {
-  auto v = installed_version(s, schema);
-  if (!v.ok()) return v.error();
-  if (v->has_value() && **v > kInstallVersion) {
-    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                       "trigger capture in schema \"" + schema + "\" has version " +
-                           std::to_string(**v) + ", newer than this pgrelay's " +
-                           std::to_string(kInstallVersion),
-                       "Upgrade pgrelay.");
+  if (r->value(0, 0) != "r") {
+    return Error::make(
+        sqlstate::kFeatureNotSupported, "\"" + t.schema + "." + t.name + "\" is not a plain table",
+        "Trigger capture supports ordinary tables only (no partitioned tables yet).");
   }
   return {};
+}
+
+Status check_publication(PgSession& s, const std::string& pub) {
+  auto p = s.exec("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1", {pub});
+  if (!p.ok()) return p.error();
+  if (p->rows() == 0) {
+    return Error::make(sqlstate::kUndefinedObject, "publication \"" + pub + "\" does not exist");
+  }
+  return {};
+}
+
+// TOAST_TUPLE_THRESHOLD for the server's block size: no inline value is that large.
+Result<int> toast_threshold(PgSession& s) {
+  auto r = s.exec("SELECT pg_catalog.current_setting('block_size')");
+  if (!r.ok()) return r.error();
+  const int block = static_cast<int>(to_u32(r->value(0, 0)));
+  if (block <= 0) return Error::make(sqlstate::kInternalError, "unexpected block_size");
+  // MAXALIGN_DOWN((BLCKSZ - MAXALIGN(SizeOfPageHeaderData + 4 * sizeof(ItemIdData))) / 4)
+  return ((block - 40) / 4) & ~7;
+}
+
+// Drops the triggers and functions of captured tables (works for every installed version).
+Status remove_all_tables(PgSession& s, const Names& n) {
+  auto r = s.exec("SELECT relid::pg_catalog.int8 FROM " + n.captured + " ORDER BY relid");
+  if (!r.ok()) return r.error();
+  for (int i = 0; i < r->rows(); ++i) {
+    const std::string oid(r->value(i, 0));
+    auto t = s.exec(
+        "SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.oid = $1::pg_catalog.oid",
+        {oid});
+    if (!t.ok()) return t.error();
+    if (t->rows() > 0) {
+      const std::string table(t->value(0, 0));
+      for (const std::string* trig :
+           {&n.row_trigger, &n.insert_trigger, &n.update_trigger, &n.delete_trigger,
+            &n.trunc_trigger, &n.trunc_begin_trigger, &n.trunc_end_trigger}) {
+        PGRELAY_TRY(s.run("DROP TRIGGER IF EXISTS " + *trig + " ON " + table));
+      }
+    }
+    PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + n.schema + ".\"capture_" + oid + "\"()"));
+  }
+  return s.run("DELETE FROM " + n.captured);
+}
+
+// Upgrades a phase-1 (version 1) installation: its change table has another shape.
+Status upgrade_from_v1(PgSession& s, const Names& n) {
+  auto left = s.exec("SELECT count(*) FROM " + n.changes);
+  if (!left.ok()) return left.error();
+  if (left->value(0, 0) != "0") {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "trigger capture version 1 still has captured rows",
+                       "Let the version 1 capture drain the change table, then install again.");
+  }
+  PGRELAY_TRY(remove_all_tables(s, n));
+  PGRELAY_TRY(s.run("DROP TABLE " + n.changes + ", " + n.captured));
+  return s.run("DROP FUNCTION IF EXISTS " + n.schema + ".capture_truncate()");
 }
 
 }  // namespace
@@ -348,7 +605,15 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   const Names& n = *names;
   Transaction txn(s);
   PGRELAY_TRY(txn.begin());
-  PGRELAY_TRY(check_version(s, options.schema));
+  auto version = installed_version(s, options.schema);
+  if (!version.ok()) return version.error();
+  if (version->has_value() && **version > kInstallVersion) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "trigger capture in schema \"" + options.schema + "\" has version " +
+                           std::to_string(**version) + ", newer than this pgrelay's " +
+                           std::to_string(kInstallVersion),
+                       "Upgrade pgrelay.");
+  }
 
   auto exists =
       s.exec("SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = $1", {options.schema});
@@ -361,28 +626,27 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " (key text PRIMARY KEY, value text NOT NULL)"));
   // Serializes concurrent installs of the same schema.
   PGRELAY_TRY(s.run("LOCK TABLE " + n.meta + " IN EXCLUSIVE MODE"));
+  if (version->has_value() && **version == 1) PGRELAY_TRY(upgrade_from_v1(s, n));
   PGRELAY_TRY(s.run("INSERT INTO " + n.meta +
                         " (key, value) VALUES ('created_schema', $1) ON CONFLICT (key) DO NOTHING",
                     {report.created_schema ? "true" : "false"}));
   auto created = s.exec("SELECT value FROM " + n.meta + " WHERE key = 'created_schema'");
   if (!created.ok()) return created.error();
   report.created_schema = created->value(0, 0) == "true";
-  PGRELAY_TRY(s.run("INSERT INTO " + n.meta +
-                        " (key, value) VALUES ('version', $1) ON CONFLICT (key) DO UPDATE SET "
-                        "value = EXCLUDED.value",
-                    {std::to_string(kInstallVersion)}));
-  // Rows are keyed by the writer's top-level xid; the poller reads by snapshot visibility.
-  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.changes +
-                    " (xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),"
-                    " seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-                    " rel pg_catalog.oid NOT NULL,"
-                    " op \"char\" NOT NULL,"
-                    " old_kind \"char\","
-                    " old_values text[],"
-                    " new_values text[])"));
-  PGRELAY_TRY(s.run("CREATE INDEX IF NOT EXISTS changes_xid ON " + n.changes + " (xid)"));
-  PGRELAY_TRY(
-      s.run("CREATE TABLE IF NOT EXISTS " + n.captured + " (relid pg_catalog.oid PRIMARY KEY)"));
+  if (report.created_schema) {
+    // Writers call emit_message(); the tables stay private (no grants on them).
+    PGRELAY_TRY(s.run("GRANT USAGE ON SCHEMA " + n.schema + " TO PUBLIC"));
+  }
+
+  auto su =
+      s.exec("SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = pg_catalog.current_user()");
+  if (!su.ok()) return su.error();
+  const bool superuser = su->rows() > 0 && su->value(0, 0) == "t";
+  if (options.ddl == DdlTracking::kEventTrigger && !superuser) {
+    return Error::make("42501", "permission denied to create an event trigger for capture",
+                       "Event triggers need a superuser; use DDL tracking by polling instead.");
+  }
+  report.event_trigger = options.ddl != DdlTracking::kPolling && superuser;
 
   auto tz = server_default(s, "TimeZone");
   if (!tz.ok()) return tz.error();
@@ -391,29 +655,119 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   report.timezone = *tz;
   auto settings = output_settings(s, *tz, *mon);
   if (!settings.ok()) return settings.error();
+  auto threshold = toast_threshold(s);
+  if (!threshold.ok()) return threshold.error();
+  const std::vector<std::pair<std::string, std::string>> meta = {
+      {"version", std::to_string(kInstallVersion)},
+      {"settings", *settings},
+      {"toast_threshold", std::to_string(*threshold)},
+      {"event_trigger", report.event_trigger ? "on" : "off"},
+  };
+  for (const auto& [key, value] : meta) {
+    PGRELAY_TRY(s.run("INSERT INTO " + n.meta +
+                          " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET "
+                          "value = EXCLUDED.value WHERE " +
+                          n.meta + ".value IS DISTINCT FROM EXCLUDED.value",
+                      {key, value}));
+  }
 
-  std::map<std::uint32_t, Ops> wanted;
-  for (const auto& t : options.tables) PGRELAY_TRY(add_table(s, wanted, t, options.schema));
+  // Rows are keyed by the writer's top-level xid; the poller reads by snapshot visibility.
+  // op: I U D T, M (transactional message), m (non-transactional message).
+  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.changes +
+                    " (xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),"
+                    " seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+                    " rel pg_catalog.oid NOT NULL,"
+                    " op \"char\" NOT NULL,"
+                    " layout int4,"
+                    " old_kind \"char\","
+                    " old_row text,"
+                    " new_row text,"
+                    " unchanged int2[],"
+                    " info text,"
+                    " content bytea)"));
+  PGRELAY_TRY(s.run("CREATE INDEX IF NOT EXISTS changes_xid ON " + n.changes + " (xid)"));
+  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.captured +
+                    " (relid pg_catalog.oid PRIMARY KEY, ins bool NOT NULL, upd bool NOT NULL,"
+                    " del bool NOT NULL, trunc bool NOT NULL, layout int4 NOT NULL DEFAULT 0)"));
+  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.layouts +
+                    " (relid pg_catalog.oid NOT NULL, version int4 NOT NULL, nspname text NOT NULL,"
+                    " relname text NOT NULL, replident \"char\" NOT NULL, names text[] NOT NULL,"
+                    " types pg_catalog.oid[] NOT NULL, typmods int4[] NOT NULL,"
+                    " keys bool[] NOT NULL, generated bool[] NOT NULL, toastable bool[] NOT NULL,"
+                    " PRIMARY KEY (relid, version))"));
+  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.sources +
+                    " (publication text, relid pg_catalog.oid,"
+                    " UNIQUE NULLS NOT DISTINCT (publication, relid))"));
+  // Without a key, a FOR ALL TABLES publication would make DELETE FROM sources fail.
+  PGRELAY_TRY(s.run("ALTER TABLE " + n.sources + " REPLICA IDENTITY FULL"));
+  // armed: the capture service is idle and waits for a NOTIFY. While it polls anyway, writers
+  // skip pg_notify, whose commit-time lock would serialize their commits.
+  PGRELAY_TRY(s.run("CREATE UNLOGGED TABLE IF NOT EXISTS " + n.wakeup +
+                    " (armed bool NOT NULL DEFAULT true)"));
+  PGRELAY_TRY(s.run("INSERT INTO " + n.wakeup +
+                    " (armed) SELECT true WHERE NOT EXISTS (SELECT "
+                    "FROM " +
+                    n.wakeup + ")"));
+  PGRELAY_TRY(s.run(functions_sql(n)));
+  for (std::string_view f : kPrivateFunctions) {
+    PGRELAY_TRY(
+        s.run("REVOKE ALL ON FUNCTION " + n.schema + "." + std::string(f) + " FROM PUBLIC"));
+  }
+
+  auto has_event_trigger = s.exec("SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = $1",
+                                  {options.schema + "_ddl"});
+  if (!has_event_trigger.ok()) return has_event_trigger.error();
+  if (report.event_trigger && has_event_trigger->rows() == 0) {
+    PGRELAY_TRY(s.run("CREATE EVENT TRIGGER " + n.event_trigger +
+                      " ON ddl_command_end EXECUTE FUNCTION " + n.schema + ".on_ddl()"));
+  } else if (!report.event_trigger && has_event_trigger->rows() > 0) {
+    PGRELAY_TRY(s.run("DROP EVENT TRIGGER " + n.event_trigger));
+  }
+
+  for (const auto& t : options.tables) PGRELAY_TRY(check_table(s, t, options.schema));
+  for (const auto& p : options.publications) PGRELAY_TRY(check_publication(s, p));
+  PGRELAY_TRY(s.run("DELETE FROM " + n.sources));
+  for (const auto& t : options.tables) {
+    // By OID, as a publication holds its tables: a renamed table stays captured.
+    PGRELAY_TRY(
+        s.run("INSERT INTO " + n.sources +
+                  " (relid) SELECT c.oid FROM pg_catalog.pg_class c JOIN "
+                  "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 "
+                  "AND c.relname = $2 ON CONFLICT DO NOTHING",
+              {t.schema, t.name}));
+  }
   for (const auto& p : options.publications) {
-    PGRELAY_TRY(add_publication(s, wanted, p, options.schema));
+    PGRELAY_TRY(s.run(
+        "INSERT INTO " + n.sources + " (publication) VALUES ($1) ON CONFLICT DO NOTHING", {p}));
   }
-
-  // TRUNCATE CASCADE and RESTART IDENTITY are invisible to triggers: recorded without them.
-  auto trunc_body = s.literal("BEGIN INSERT INTO " + n.changes +
-                              " (rel, op) VALUES (TG_RELID, 'T'); RETURN NULL; END");
-  if (!trunc_body.ok()) return trunc_body.error();
-  PGRELAY_TRY(s.run("CREATE OR REPLACE FUNCTION " + n.trunc_function +
-                    " RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER" + *settings + " AS " +
-                    *trunc_body));
-  for (const auto& [oid, ops] : wanted) PGRELAY_TRY(install_table(s, n, oid, ops, *settings));
-  auto before = captured_tables(s, n);
-  if (!before.ok()) return before.error();
-  for (std::uint32_t oid : *before) {
-    if (wanted.count(oid) == 0) PGRELAY_TRY(remove_table(s, n, oid));
+  if (options.all_publications) {
+    // '*' stands for every publication, present and future (sync() reads it that way).
+    PGRELAY_TRY(s.run("INSERT INTO " + n.sources +
+                      " (publication) VALUES ('*') ON CONFLICT DO NOTHING"));
   }
-  report.captured_tables = static_cast<int>(wanted.size());
+  // A version change regenerates every trigger function.
+  if (!version->has_value() || **version != kInstallVersion) {
+    PGRELAY_TRY(s.run("UPDATE " + n.captured + " SET layout = 0"));
+  }
+  PGRELAY_TRY(s.run("SELECT set_config('pgrelay.in_sync', 'on', true)"));
+  auto synced = s.exec("SELECT " + n.schema + ".sync(true)");
+  if (!synced.ok()) return synced.error();
+  report.captured_tables = static_cast<int>(to_u32(synced->value(0, 0)));
   PGRELAY_TRY(txn.commit());
   return report;
+}
+
+Result<int> sync_tables(PgSession& session, const std::string& schema) {
+  auto names = make_names(session, schema);
+  if (!names.ok()) return names.error();
+  Transaction txn(session);
+  PGRELAY_TRY(txn.begin());
+  PGRELAY_TRY(session.run("SELECT set_config('pgrelay.in_sync', 'on', true)"));
+  auto r = session.exec("SELECT " + names->schema + ".sync(false)");
+  if (!r.ok()) return r.error();
+  const int n = static_cast<int>(to_u32(r->value(0, 0)));
+  PGRELAY_TRY(txn.commit());
+  return n;
 }
 
 Status uninstall(PgSession& session, const std::string& schema) {
@@ -427,16 +781,28 @@ Status uninstall(PgSession& session, const std::string& schema) {
   if (!version.ok()) return version.error();
   if (!version->has_value()) return txn.commit();
   PGRELAY_TRY(s.run("LOCK TABLE " + n.meta + " IN EXCLUSIVE MODE"));
-  auto tables = captured_tables(s, n);
-  if (!tables.ok()) return tables.error();
-  for (std::uint32_t oid : *tables) PGRELAY_TRY(remove_table(s, n, oid));
+  auto evt =
+      s.exec("SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = $1", {schema + "_ddl"});
+  if (!evt.ok()) return evt.error();
+  if (evt->rows() > 0) PGRELAY_TRY(s.run("DROP EVENT TRIGGER " + n.event_trigger));
+  PGRELAY_TRY(remove_all_tables(s, n));
   auto created = s.exec("SELECT value FROM " + n.meta + " WHERE key = 'created_schema'");
   if (!created.ok()) return created.error();
   if (created->rows() > 0 && created->value(0, 0) == "true") {
     PGRELAY_TRY(s.run("DROP SCHEMA " + n.schema + " CASCADE"));
   } else {
-    PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + n.trunc_function));
-    PGRELAY_TRY(s.run("DROP TABLE IF EXISTS " + n.changes + ", " + n.captured + ", " + n.meta));
+    auto fns = s.exec(
+        "SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc p "
+        "WHERE p.pronamespace = $1::pg_catalog.regnamespace AND p.proname = ANY ($2::text[])",
+        {n.schema,
+         "{current_layout,remove_table,refresh_table,sync,truncate_begin,truncate_end,"
+         "capture_truncate,emit_message,on_ddl}"});
+    if (!fns.ok()) return fns.error();
+    for (int i = 0; i < fns->rows(); ++i) {
+      PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + std::string(fns->value(i, 0))));
+    }
+    PGRELAY_TRY(s.run("DROP TABLE IF EXISTS " + n.changes + ", " + n.captured + ", " + n.layouts +
+                      ", " + n.sources + ", " + n.wakeup + ", " + n.meta));
   }
   return txn.commit();
 }

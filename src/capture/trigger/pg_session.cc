@@ -70,6 +70,18 @@ Status PgSession::run(const std::string& sql, const Params& params) {
   return {};
 }
 
+Result<int> PgSession::drain_notifications() {
+  if (PQconsumeInput(conn_) == 0) {
+    return Error::make("08006", "upstream connection lost: " + trim_newline(PQerrorMessage(conn_)));
+  }
+  int n = 0;
+  while (PGnotify* note = PQnotifies(conn_)) {
+    PQfreemem(note);
+    ++n;
+  }
+  return n;
+}
+
 Result<std::string> PgSession::ident(std::string_view name) {
   char* q = PQescapeIdentifier(conn_, name.data(), name.size());
   if (q == nullptr) return connection_error("could not quote identifier");

@@ -58,6 +58,13 @@ class PgSession {
   Result<std::string> literal(std::string_view text);
 
   PGconn* raw() const { return conn_; }
+  // Whether libpq still considers the connection usable (false after the server went away).
+  bool connection_ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  // The socket to wait on for notifications.
+  int socket() const { return PQsocket(conn_); }
+  // Reads what arrived on the socket without blocking and returns how many notifications
+  // (LISTEN) it held; 08006 when the connection is gone.
+  Result<int> drain_notifications();
 
  private:
   explicit PgSession(PGconn* conn) : conn_(conn) {}

@@ -1,13 +1,17 @@
 // Trigger capture's poller: moves committed transactions from the change table into the log.
 #include "capture/trigger/poller.h"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <optional>
 #include <string_view>
 #include <vector>
 
+#include "capture/trigger/installer.h"
+#include "capture/trigger/record_text.h"
 #include "capture/trigger/relation_info.h"
+#include "capture/trigger/truncate_statement.h"
 
 namespace pgrelay::capture {
 namespace {
@@ -29,89 +33,231 @@ std::optional<T> parse_int(std::string_view s) {
 // One row of the change table.
 struct ChangeRow {
   std::uint64_t xid = 0;
+  std::int64_t seq = 0;
   std::uint32_t rel = 0;
   char op = 0;
+  std::int32_t layout = 0;
   char old_kind = 0;  // 0 when the row has no old values
-  std::optional<std::vector<std::optional<std::string>>> old_values;
-  std::optional<std::vector<std::optional<std::string>>> new_values;
+  std::optional<std::string> old_row;
+  std::optional<std::string> new_row;
+  std::vector<std::size_t> unchanged;  // 1-based field positions
+  std::optional<std::string> info;
+  std::string content;
   std::optional<std::int64_t> commit_time;
 };
 
-// A one-dimensional text[] in array_send's binary form.
-Result<std::vector<std::optional<std::string>>> parse_text_array(std::string_view bytes) {
-  ByteReader r(ByteView(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
-  const std::int32_t ndim = r.i32();
-  r.i32();  // has-nulls flag
-  r.u32();  // element type
-  std::vector<std::optional<std::string>> out;
-  if (!r.ok() || ndim < 0 || ndim > 1) return bad("unexpected text[] value in the change table");
-  if (ndim == 0) return out;
-  const std::int32_t n = r.i32();
-  r.i32();  // lower bound
-  if (!r.ok() || n < 0 || static_cast<std::size_t>(n) > r.remaining() / 4) {
-    return bad("malformed text[] value in the change table");
+// A table's columns as one layout version recorded them.
+struct Layout {
+  pgoutput::Relation relation;  // generated columns left out, as pgoutput does
+  std::vector<bool> generated;  // per field of the row text
+  std::vector<bool> key;        // per field
+  std::size_t fields() const { return generated.size(); }
+};
+
+using Layouts = std::map<std::pair<std::uint32_t, std::int32_t>, Layout>;
+
+// The layouts of one poll's rows: all versions of their tables.
+Result<Layouts> load_layouts(PgSession& s, const std::string& table,
+                             const std::vector<std::uint32_t>& rels) {
+  Layouts out;
+  if (rels.empty()) return out;
+  std::string array = "{";
+  for (std::size_t i = 0; i < rels.size(); ++i) {
+    array += (i > 0 ? "," : "") + std::to_string(rels[i]);
   }
-  out.reserve(static_cast<std::size_t>(n));
-  for (std::int32_t i = 0; i < n; ++i) {
-    const std::int32_t len = r.i32();
-    if (len < 0) {
-      out.emplace_back(std::nullopt);
-    } else {
-      out.emplace_back(r.string(static_cast<std::size_t>(len)));
+  array += "}";
+  auto r = s.exec(
+      "SELECT l.relid::pg_catalog.int8::text, l.version::text, l.nspname, l.relname, "
+      "l.replident::text, u.name, u.type::pg_catalog.int8::text, u.typmod::text, u.key::text, "
+      "u.gen::text FROM " +
+          table +
+          " l LEFT JOIN LATERAL ROWS FROM (pg_catalog.unnest(l.names), pg_catalog.unnest(l.types), "
+          "pg_catalog.unnest(l.typmods), pg_catalog.unnest(l.keys), "
+          "pg_catalog.unnest(l.generated)) WITH ORDINALITY AS u(name, type, typmod, key, gen, ord) "
+          "ON true "
+          "WHERE l.relid = ANY ($1::pg_catalog.oid[]) ORDER BY l.relid, l.version, u.ord",
+      {array});
+  if (!r.ok()) return r.error();
+  for (int i = 0; i < r->rows(); ++i) {
+    auto rel = parse_int<std::uint32_t>(r->value(i, 0));
+    auto version = parse_int<std::int32_t>(r->value(i, 1));
+    if (!rel || !version) return bad("malformed row in the layouts table");
+    Layout& l = out[{*rel, *version}];
+    if (l.relation.oid == 0) {
+      l.relation.oid = *rel;
+      l.relation.namespace_name =
+          r->value(i, 2) == "pg_catalog" ? std::string() : std::string(r->value(i, 2));
+      l.relation.name = std::string(r->value(i, 3));
+      const std::string_view ident = r->value(i, 4);
+      l.relation.replica_identity = ident.empty() ? pgoutput::kReplicaIdentityDefault : ident[0];
     }
+    if (r->is_null(i, 5)) continue;  // no columns
+    auto type = parse_int<std::uint32_t>(r->value(i, 6));
+    auto typmod = parse_int<std::int32_t>(r->value(i, 7));
+    if (!type || !typmod) return bad("malformed column in the layouts table");
+    const bool key = r->value(i, 8) == "true";
+    const bool gen = r->value(i, 9) == "true";
+    l.generated.push_back(gen);
+    l.key.push_back(key);
+    if (gen) continue;
+    pgoutput::Column col;
+    col.name = std::string(r->value(i, 5));
+    col.type_oid = *type;
+    col.type_modifier = *typmod;
+    col.flags = key ? pgoutput::kColumnIsKey : 0;
+    l.relation.columns.push_back(std::move(col));
   }
-  if (!r.ok() || !r.at_end()) return bad("malformed text[] value in the change table");
   return out;
 }
 
-pgoutput::Tuple to_tuple(const std::vector<std::optional<std::string>>& values) {
+// The layout a row fits: its stamped version, or (when DDL ran before the version was recorded)
+// the first later version with as many fields as the row has.
+const Layout* fitting_layout(const Layouts& layouts, const ChangeRow& row, std::size_t fields,
+                             std::int32_t* version) {
+  auto it = layouts.find({row.rel, row.layout});
+  if (it != layouts.end() && it->second.fields() == fields) {
+    *version = row.layout;
+    return &it->second;
+  }
+  for (auto jt = layouts.upper_bound({row.rel, row.layout});
+       jt != layouts.end() && jt->first.first == row.rel; ++jt) {
+    if (jt->second.fields() == fields) {
+      *version = jt->first.second;
+      return &jt->second;
+    }
+  }
+  return nullptr;
+}
+
+pgoutput::Tuple to_tuple(const Fields& fields, const Layout& layout,
+                         const std::vector<std::size_t>& unchanged, bool keys_only) {
   pgoutput::Tuple t;
-  t.columns.reserve(values.size());
-  for (const auto& v : values) {
-    t.columns.push_back(v ? pgoutput::TupleValue::text(*v) : pgoutput::TupleValue::null());
+  t.columns.reserve(layout.relation.columns.size());
+  std::size_t u = 0;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (layout.generated[i]) continue;
+    while (u < unchanged.size() && unchanged[u] < i + 1) ++u;
+    if (u < unchanged.size() && unchanged[u] == i + 1) {
+      t.columns.push_back(pgoutput::TupleValue::unchanged());
+    } else if (keys_only && !layout.key[i]) {
+      t.columns.push_back(pgoutput::TupleValue::null());
+    } else {
+      t.columns.push_back(fields[i] ? pgoutput::TupleValue::text(*fields[i])
+                                    : pgoutput::TupleValue::null());
+    }
   }
   return t;
 }
 
-// The pgoutput message for a row, or nullopt when pgoutput would send nothing.
-Result<std::optional<log::ChangeMessage>> to_message(const ChangeRow& row,
-                                                     const pgoutput::Relation& rel) {
-  auto width_ok = [&](const auto& values) {
-    return !values || values->size() == rel.columns.size();
-  };
-  if (!width_ok(row.new_values) || !width_ok(row.old_values)) {
-    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                       "captured row of \"" + rel.name + "\" does not match its current columns",
-                       "Run the trigger capture install again after changing a table's columns.");
+std::vector<std::size_t> parse_positions(std::string_view text) {
+  std::vector<std::size_t> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    if (auto v = parse_int<std::size_t>(text.substr(0, comma))) out.push_back(*v);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
   }
-  using Out = std::optional<log::ChangeMessage>;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A decoded data change and the layout its table's Relation must have before it.
+struct Decoded {
+  log::ChangeMessage message;
+  std::vector<std::pair<std::uint32_t, std::int32_t>> layouts;
+  std::string truncate_statement;  // for merging the tables of one TRUNCATE
+  std::string truncate_query;
+};
+
+enum class Outcome { kMessage, kSkip, kMismatch };
+
+// The pgoutput message for a row; kSkip when pgoutput would send nothing or the layout is gone,
+// kMismatch when the row fits no recorded layout.
+Result<Outcome> decode_row(const ChangeRow& row, const Layouts& layouts, Decoded* out) {
+  switch (row.op) {
+    case 'M':
+      out->message = pgoutput::LogicalMessage{std::nullopt, true, Lsn(),
+                                              row.info.value_or(std::string()), row.content};
+      return Outcome::kMessage;
+    case 'T': {
+      auto it = layouts.find({row.rel, row.layout});
+      if (it == layouts.end()) return Outcome::kSkip;
+      out->message = pgoutput::Truncate{std::nullopt, false, false, {row.rel}};
+      out->layouts.push_back({row.rel, row.layout});
+      const std::string info = row.info.value_or(std::string());
+      const auto colon = info.find(':');
+      out->truncate_statement = info.substr(0, colon);
+      out->truncate_query = colon == std::string::npos ? std::string() : info.substr(colon + 1);
+      return Outcome::kMessage;
+    }
+    case 'I':
+    case 'U':
+    case 'D':
+      break;
+    default:
+      return bad(std::string("malformed change row (op '") + row.op + "')");
+  }
+  const std::optional<std::string>& main = row.op == 'D' ? row.old_row : row.new_row;
+  if (!main) return Outcome::kSkip;
+  if (layouts.lower_bound({row.rel, 0}) == layouts.end() ||
+      layouts.lower_bound({row.rel, 0})->first.first != row.rel) {
+    return Outcome::kSkip;  // a table dropped and forgotten since
+  }
+  auto stamped = layouts.find({row.rel, row.layout});
+  const std::size_t expected = stamped != layouts.end() ? stamped->second.fields() : 0;
+  auto fields = parse_record_text(*main, expected);
+  if (!fields.ok()) return fields.error();
+  std::int32_t version = 0;
+  const Layout* layout = fitting_layout(layouts, row, fields->size(), &version);
+  if (layout == nullptr) return Outcome::kMismatch;
+  std::optional<Fields> old;
+  if (row.op == 'U' && row.old_row) {
+    auto o = parse_record_text(*row.old_row, layout->fields());
+    if (!o.ok()) return o.error();
+    if (o->size() != layout->fields()) return Outcome::kMismatch;
+    old = std::move(*o);
+  }
+  out->layouts.push_back({row.rel, version});
+  static const std::vector<std::size_t> kNone;
   switch (row.op) {
     case 'I':
-      if (!row.new_values) break;
-      return Out(pgoutput::Insert{std::nullopt, row.rel, to_tuple(*row.new_values)});
+      out->message =
+          pgoutput::Insert{std::nullopt, row.rel, to_tuple(*fields, *layout, kNone, false)};
+      return Outcome::kMessage;
     case 'U': {
-      if (!row.new_values) break;
-      pgoutput::Update u{std::nullopt, row.rel, std::nullopt, to_tuple(*row.new_values)};
-      if (row.old_values) {
-        u.old = pgoutput::OldTuple{
-            row.old_kind == 'O' ? pgoutput::OldKind::kFull : pgoutput::OldKind::kKey,
-            to_tuple(*row.old_values)};
+      pgoutput::Update u{std::nullopt, row.rel, std::nullopt,
+                         to_tuple(*fields, *layout, row.unchanged, false)};
+      if (old && row.old_kind == 'O') {
+        u.old = pgoutput::OldTuple{pgoutput::OldKind::kFull, to_tuple(*old, *layout, kNone, false)};
+      } else if (old && row.old_kind == 'K') {
+        // pgoutput sends the old key only when the key changed; the printed values tell.
+        bool changed = false;
+        for (std::size_t i = 0; i < layout->fields(); ++i) {
+          if (layout->key[i] && !layout->generated[i] && (*old)[i] != (*fields)[i]) changed = true;
+        }
+        if (changed) {
+          u.old = pgoutput::OldTuple{pgoutput::OldKind::kKey, to_tuple(*old, *layout, kNone, true)};
+        }
       }
-      return Out(std::move(u));
+      out->message = std::move(u);
+      return Outcome::kMessage;
     }
-    case 'D':
-      if (!row.old_values) return Out();
-      return Out(pgoutput::Delete{std::nullopt, row.rel,
-                                  pgoutput::OldTuple{row.old_kind == 'O' ? pgoutput::OldKind::kFull
-                                                                         : pgoutput::OldKind::kKey,
-                                                     to_tuple(*row.old_values)}});
-    case 'T':
-      return Out(pgoutput::Truncate{std::nullopt, false, false, {row.rel}});
-    default:
-      break;
+    default: {
+      const bool full = row.old_kind == 'O';
+      out->message = pgoutput::Delete{
+          std::nullopt, row.rel,
+          pgoutput::OldTuple{full ? pgoutput::OldKind::kFull : pgoutput::OldKind::kKey,
+                             to_tuple(*fields, *layout, kNone, !full)}};
+      return Outcome::kMessage;
+    }
   }
-  return bad(std::string("malformed change row (op '") + row.op + "')");
 }
+
+// What one log entry is made of: a transaction's rows, or one non-transactional message.
+struct Unit {
+  bool message = false;
+  std::vector<ChangeRow> rows;
+};
 
 }  // namespace
 
@@ -147,6 +293,7 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
   auto schema = p->session_->ident(p->options_.schema);
   if (!schema.ok()) return schema.error();
   p->changes_table_ = *schema + ".changes";
+  p->layouts_table_ = *schema + ".layouts";
   auto installed = p->session_->exec(
       "SELECT pg_catalog.to_regclass($1) IS NOT NULL, "
       "pg_catalog.current_setting('track_commit_timestamp')::bool",
@@ -176,6 +323,31 @@ Result<PollStats> TriggerPoller::poll() {
 }
 
 Result<PollStats> TriggerPoller::capture() {
+  return capture_with_sync(std::string());
+}
+
+Result<PollStats> TriggerPoller::capture_in_snapshot(const std::string& snapshot_name) {
+  return capture_with_sync(snapshot_name);
+}
+
+Result<PollStats> TriggerPoller::capture_with_sync(const std::string& snapshot_name) {
+  bool mismatch = false;
+  auto stats = capture_once(snapshot_name, &mismatch);
+  if (!stats.ok() || !mismatch) return stats;
+  // DDL ran without an event trigger and its layout is not recorded yet: record it and retry.
+  auto synced = sync_tables(*session_, options_.schema);
+  if (!synced.ok()) return synced.error();
+  // Rows that still fit nothing were written with a layout that existed only between two
+  // syncs; their column names and types are gone from the catalog.
+  stats = capture_once(snapshot_name, &mismatch, /*skip_unfit=*/true);
+  if (!stats.ok()) return stats;
+  stats->synced_layouts = true;
+  return stats;
+}
+
+Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
+                                              bool* layout_mismatch, bool skip_unfit) {
+  *layout_mismatch = false;
   PgSession& s = *session_;
   PollStats stats;
   PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
@@ -186,10 +358,17 @@ Result<PollStats> TriggerPoller::capture() {
       if (active) (void)s.run("ROLLBACK");
     }
   } rollback{s};
+  if (!snapshot_name.empty()) {
+    auto name = s.literal(snapshot_name);
+    if (!name.ok()) return name.error();
+    PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
+  }
 
   // The first statement fixes the transaction snapshot, so S_k is exactly what the reads see.
+  // The WAL insert position read after it is at or past every commit visible in S_k.
   auto head = s.exec(
-      "SELECT pg_catalog.pg_current_snapshot()::text, pg_catalog.pg_current_wal_lsn()::text, "
+      "SELECT pg_catalog.pg_current_snapshot()::text, "
+      "pg_catalog.pg_current_wal_insert_lsn()::text, "
       "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8::text");
   if (!head.ok()) return head.error();
   stats.snapshot = std::string(head->value(0, 0));
@@ -204,8 +383,9 @@ Result<PollStats> TriggerPoller::capture() {
             " - 946684800) * 1000000)::int8::text"
           : "NULL::text";
   std::string sql =
-      "SELECT c.xid::text, c.rel::pg_catalog.int8::text, c.op::text, c.old_kind::text, "
-      "c.old_values, c.new_values, " +
+      "SELECT c.xid::text, c.seq::text, c.rel::pg_catalog.int8::text, c.op::text, "
+      "c.layout::text, c.old_kind::text, c.old_row, c.new_row, "
+      "pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, " +
       commit_ts + " FROM " + changes_table_ +
       " c WHERE pg_catalog.pg_visible_in_snapshot(c.xid, $1::pg_catalog.pg_snapshot)";
   Params params{stats.snapshot};
@@ -215,100 +395,152 @@ Result<PollStats> TriggerPoller::capture() {
         " AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, $2::pg_catalog.pg_snapshot)";
     params.push_back(prev_snapshot_);
   }
-  sql += " ORDER BY max(c.seq) OVER (PARTITION BY c.xid), c.seq";
+  // A transaction sorts by its last sequence value; a non-transactional message by its own.
+  // A non-transactional message goes before its own transaction, whose commit came after it.
+  sql +=
+      " ORDER BY CASE WHEN c.op = 'm' THEN least(c.seq, max(c.seq) FILTER (WHERE c.op <> 'm') "
+      "OVER (PARTITION BY c.xid)) ELSE max(c.seq) FILTER (WHERE c.op <> 'm') "
+      "OVER (PARTITION BY c.xid) END, c.op <> 'm', c.seq";
   auto rows = s.exec(sql, params, /*binary_result=*/true);
   if (!rows.ok()) return rows.error();
 
-  // Group consecutive rows of one xid (the ORDER BY keeps a transaction's rows together).
-  std::vector<std::vector<ChangeRow>> txns;
-  std::uint64_t last_xid = 0;
+  std::vector<Unit> units;
+  std::vector<std::uint32_t> rels;
   for (int i = 0; i < rows->rows(); ++i) {
     ChangeRow row;
     auto xid = parse_int<std::uint64_t>(rows->value(i, 0));
-    auto rel = parse_int<std::uint32_t>(rows->value(i, 1));
-    std::string_view op = rows->value(i, 2);
-    if (!xid || !rel || op.size() != 1) return bad("malformed row in the change table");
+    auto seq = parse_int<std::int64_t>(rows->value(i, 1));
+    auto rel = parse_int<std::uint32_t>(rows->value(i, 2));
+    std::string_view op = rows->value(i, 3);
+    if (!xid || !seq || !rel || op.size() != 1) return bad("malformed row in the change table");
     row.xid = *xid;
+    row.seq = *seq;
     row.rel = *rel;
     row.op = op[0];
-    if (!rows->is_null(i, 3) && !rows->value(i, 3).empty()) row.old_kind = rows->value(i, 3)[0];
     if (!rows->is_null(i, 4)) {
-      auto v = parse_text_array(rows->value(i, 4));
-      if (!v.ok()) return v.error();
-      row.old_values = std::move(*v);
+      auto layout = parse_int<std::int32_t>(rows->value(i, 4));
+      if (!layout) return bad("malformed layout in the change table");
+      row.layout = *layout;
     }
-    if (!rows->is_null(i, 5)) {
-      auto v = parse_text_array(rows->value(i, 5));
-      if (!v.ok()) return v.error();
-      row.new_values = std::move(*v);
+    if (!rows->is_null(i, 5) && !rows->value(i, 5).empty()) row.old_kind = rows->value(i, 5)[0];
+    row.old_row = rows->get(i, 6);
+    row.new_row = rows->get(i, 7);
+    if (!rows->is_null(i, 8)) row.unchanged = parse_positions(rows->value(i, 8));
+    row.info = rows->get(i, 9);
+    if (!rows->is_null(i, 10)) row.content = std::string(rows->value(i, 10));
+    if (!rows->is_null(i, 11)) row.commit_time = parse_int<std::int64_t>(rows->value(i, 11));
+    if (row.rel != 0) rels.push_back(row.rel);
+    if (row.op == 'm') {
+      units.push_back(Unit{true, {}});
+    } else if (units.empty() || units.back().message || units.back().rows.front().xid != row.xid) {
+      units.push_back(Unit{false, {}});
     }
-    if (!rows->is_null(i, 6)) row.commit_time = parse_int<std::int64_t>(rows->value(i, 6));
-    if (txns.empty() || row.xid != last_xid) txns.emplace_back();
-    last_xid = row.xid;
-    txns.back().push_back(std::move(row));
+    units.back().rows.push_back(std::move(row));
   }
   stats.rows = static_cast<std::size_t>(rows->rows());
+  std::sort(rels.begin(), rels.end());
+  rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
+  auto layouts = load_layouts(s, layouts_table_, rels);
+  if (!layouts.ok()) return layouts.error();
 
-  // The tables' Relations as the catalog has them now.
-  std::map<std::uint32_t, bool> known;
-  for (const auto& t : txns) {
-    for (const auto& row : t) {
-      if (known.count(row.rel) != 0) continue;
-      auto rel = load_relation(s, row.rel);
-      if (!rel.ok()) return rel.error();
-      known[row.rel] = rel->has_value();
-      if (!rel->has_value()) continue;
-      auto types = load_types(s, **rel);
-      if (!types.ok()) return types.error();
-      for (auto& type : *types) catalog_.put(std::move(type));
-      catalog_.put(std::move(**rel));
+  // Puts the Relation (and its Types) of a layout version into the catalog when another one is
+  // there: the builder then sends it before the table's next change.
+  std::map<pgoutput::Oid, bool> types_loaded;
+  auto use_layout = [&](std::uint32_t rel, std::int32_t version) -> Status {
+    auto it = catalog_layouts_.find(rel);
+    if (it != catalog_layouts_.end() && it->second == version) return {};
+    const Layout& layout = layouts->at({rel, version});
+    auto types = load_types(s, layout.relation);
+    if (!types.ok()) return types.error();
+    for (auto& type : *types) {
+      if (!types_loaded[type.oid]) catalog_.put(std::move(type));
+      types_loaded[type.oid] = true;
     }
-  }
+    catalog_.put(layout.relation);
+    catalog_layouts_[rel] = version;
+    return {};
+  };
 
-  // LSNs are offsets from the base the log picks: begin, one per change, commit, end.
+  // LSNs are offsets from the base the log picks: begin, one per change, commit, end. The base
+  // is predictable (the poller is the log's only appender), which gives messages their LSN.
+  const Lsn predicted = std::max(stats.upstream_lsn, log_.last_end_lsn() + 1);
   std::vector<log::BuiltEntry> built;
   std::uint64_t offset = 0;
   log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
-  for (const auto& t : txns) {
-    std::vector<log::ChangeMessage> messages;
-    for (const auto& row : t) {
-      if (!known[row.rel]) {
-        ++stats.skipped_rows;
-        continue;
+  for (const auto& unit : units) {
+    const ChangeRow& last = unit.rows.back();
+    log::TransactionHeader h;
+    h.commit_time = last.commit_time.value_or(*poll_time);
+    h.xid = static_cast<std::uint32_t>(last.xid & 0xFFFFFFFFu);
+    if (unit.message) {
+      h.begin_lsn = h.commit_lsn = Lsn(offset);
+      h.end_lsn = Lsn(offset + 1);
+      pgoutput::LogicalMessage m{std::nullopt, false, predicted + offset,
+                                 last.info.value_or(std::string()), last.content};
+      auto entry = log::build_message_entry(h, Lsn(offset), std::move(m));
+      if (!entry.ok()) return entry.error();
+      built.push_back(std::move(*entry));
+      offset = h.end_lsn.value();
+      ++stats.messages;
+      continue;
+    }
+    std::vector<Decoded> changes;
+    for (const auto& row : unit.rows) {
+      Decoded d;
+      auto outcome = decode_row(row, *layouts, &d);
+      if (!outcome.ok()) return outcome.error();
+      if (*outcome == Outcome::kMismatch) {
+        if (skip_unfit) {
+          ++stats.undecodable_rows;
+          continue;
+        }
+        *layout_mismatch = true;
+        return stats;
       }
-      auto m = to_message(row, *catalog_.relation(row.rel));
-      if (!m.ok()) return m.error();
-      if (!m->has_value()) {
+      if (*outcome == Outcome::kSkip) {
         ++stats.skipped_rows;
         continue;
       }
       // Triggers see one TRUNCATE per table; pgoutput sends one message for the tables a
       // statement truncated (cascaded ones included), which fire one after the other.
-      auto* trunc = std::get_if<pgoutput::Truncate>(&**m);
-      auto* last = messages.empty() ? nullptr : std::get_if<pgoutput::Truncate>(&messages.back());
-      if (trunc != nullptr && last != nullptr) {
-        last->relation_oids.push_back(row.rel);
+      auto* trunc = std::get_if<pgoutput::Truncate>(&d.message);
+      auto* prev =
+          changes.empty() ? nullptr : std::get_if<pgoutput::Truncate>(&changes.back().message);
+      if (trunc != nullptr && prev != nullptr &&
+          changes.back().truncate_statement == d.truncate_statement) {
+        prev->relation_oids.push_back(row.rel);
+        changes.back().layouts.push_back(d.layouts.front());
         continue;
       }
-      messages.push_back(std::move(**m));
+      changes.push_back(std::move(d));
     }
-    if (messages.empty()) continue;
-    log::TransactionHeader h;
+    if (changes.empty()) continue;
     h.begin_lsn = Lsn(offset);
-    h.commit_lsn = Lsn(offset + messages.size());
-    h.end_lsn = Lsn(offset + messages.size() + 1);
-    h.commit_time = t.back().commit_time.value_or(*poll_time);
-    h.xid = static_cast<std::uint32_t>(t.front().xid & 0xFFFFFFFFu);
+    h.commit_lsn = Lsn(offset + changes.size());
+    h.end_lsn = Lsn(offset + changes.size() + 1);
     PGRELAY_TRY(builder.begin(h));
-    for (std::size_t j = 0; j < messages.size(); ++j) {
-      PGRELAY_TRY(builder.add(Lsn(offset + j), std::move(messages[j])));
+    for (std::size_t j = 0; j < changes.size(); ++j) {
+      Decoded& d = changes[j];
+      for (const auto& [rel, version] : d.layouts) PGRELAY_TRY(use_layout(rel, version));
+      if (auto* trunc = std::get_if<pgoutput::Truncate>(&d.message)) {
+        std::vector<std::string> names;
+        for (const auto& [rel, version] : d.layouts) {
+          names.push_back(layouts->at({rel, version}).relation.name);
+        }
+        const TruncateOptions options = truncate_options(d.truncate_query, names);
+        trunc->cascade = options.cascade;
+        trunc->restart_identity = options.restart_identity;
+      } else if (auto* msg = std::get_if<pgoutput::LogicalMessage>(&d.message)) {
+        msg->lsn = predicted + (offset + j);
+      }
+      PGRELAY_TRY(builder.add(Lsn(offset + j), std::move(d.message)));
     }
     auto entry = builder.finish();
     if (!entry.ok()) return entry.error();
     built.push_back(std::move(*entry));
     offset = h.end_lsn.value();
   }
-  stats.transactions = built.size();
+  stats.transactions = built.size() - stats.messages;
   rollback.active = false;
   PGRELAY_TRY(s.run("COMMIT"));
 
@@ -327,9 +559,10 @@ Result<PollStats> TriggerPoller::capture() {
   cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(offset);
   cp_meta.commit_time = *poll_time;
   batch.push_back(log::PendingEntry{cp_meta, checkpoint, nullptr});
-  auto base = log_.append_assigning(batch, stats.upstream_lsn);
+  auto base = log_.append_assigning(batch, predicted);
   if (!base.ok()) return base.error();
   stats.base = *base;
+  stats.last_lsn = *base + built.back().meta.commit_lsn.value();
   prev_snapshot_ = stats.snapshot;
   persisted_snapshot_ = stats.snapshot;
   release_pending_ = true;

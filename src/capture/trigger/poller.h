@@ -7,11 +7,20 @@
 // S_k are appended to the log in one atomic append; only then are the rows deleted upstream.
 // After a crash the poller resumes from the checkpoint: rows still upstream whose transactions
 // are visible in it are old, not new, and are only deleted.
+//
+// Rows are decoded with the layout version they were stamped with (see installer.h); a Relation
+// goes before a table's first change in each transaction and again when the layout changes.
+// Logical messages: transactional ones are changes of their transaction; a non-transactional
+// one becomes its own log entry, ordered by its own sequence value among the transactions
+// (pgoutput sends it when it is written, not when its transaction commits). LogicalMessage::lsn
+// is the message's LSN in the log (exact while the poller is the log's only appender).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/result.h"
@@ -35,9 +44,16 @@ struct PollStats {
   std::size_t rows = 0;
   // Rows of tables dropped since (their Relation is gone) or deletes without an old tuple.
   std::size_t skipped_rows = 0;
+  std::size_t messages = 0;  // non-transactional message entries
+  // Whether the poll re-ran after syncing layouts because a row did not fit its layout.
+  bool synced_layouts = false;
+  // Rows that fit no recorded layout even after that sync (without an event trigger, a table
+  // altered twice between syncs with a row written in between): left out and reported.
+  std::size_t undecodable_rows = 0;
   Lsn base;              // first LSN the log assigned, invalid when nothing was appended
   std::string snapshot;  // S_k
-  Lsn upstream_lsn;      // pg_current_wal_lsn() at S_k
+  Lsn upstream_lsn;      // pg_current_wal_insert_lsn() at S_k
+  Lsn last_lsn;          // commit LSN of the last entry appended, invalid when none
 };
 
 // The capture state persisted in checkpoint entries.
@@ -57,6 +73,10 @@ class TriggerPoller {
   Result<PollStats> poll();
   // Appends the transactions new since the last poll, with a checkpoint, in one append.
   Result<PollStats> capture();
+  // Like capture(), but in the snapshot exported as `snapshot_name` (pg_export_snapshot(), taken
+  // after the last poll and still held open by its exporter) instead of a new one: exactly the
+  // transactions visible in it are in the log afterwards, later ones come with later polls.
+  Result<PollStats> capture_in_snapshot(const std::string& snapshot_name);
   // Deletes the upstream rows of transactions visible in the last persisted snapshot.
   Status release();
 
@@ -64,20 +84,31 @@ class TriggerPoller {
   // otherwise each transaction gets the time of the poll that found it.
   bool commit_timestamps() const { return commit_timestamps_; }
   const std::string& last_snapshot() const { return prev_snapshot_; }
+  PgSession& session() { return *session_; }
 
  private:
   TriggerPoller(PollerOptions options, log::ChangeLog& log, std::unique_ptr<PgSession> session)
       : options_(std::move(options)), log_(log), session_(std::move(session)) {}
 
+  Result<PollStats> capture_with_sync(const std::string& snapshot_name);
+  // One attempt; sets *layout_mismatch (and appends nothing) when a row fits none of its
+  // table's recorded layouts.
+  // With skip_unfit, such rows are counted in undecodable_rows and left out instead.
+  Result<PollStats> capture_once(const std::string& snapshot_name, bool* layout_mismatch,
+                                 bool skip_unfit = false);
+
   PollerOptions options_;
   log::ChangeLog& log_;
   std::unique_ptr<PgSession> session_;
   std::string changes_table_;  // quoted schema.changes
+  std::string layouts_table_;  // quoted schema.layouts
   bool commit_timestamps_ = false;
   std::string prev_snapshot_;       // S_{k-1}; empty before the first poll ever
   std::string persisted_snapshot_;  // snapshot of the last checkpoint in the log
   bool release_pending_ = false;
   log::SchemaCatalog catalog_;
+  // The layout version whose Relation catalog_ holds, per table.
+  std::map<std::uint32_t, std::int32_t> catalog_layouts_;
 };
 
 }  // namespace pgrelay::capture

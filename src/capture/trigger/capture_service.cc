@@ -1,0 +1,281 @@
+// Runs trigger capture continuously: a thread that polls on NOTIFY or a fallback interval.
+#include "capture/trigger/capture_service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace pgrelay::capture {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Error stopped_error() {
+  return Error::make("57P01", "trigger capture is stopping");
+}
+
+}  // namespace
+
+CaptureService::CaptureService(CaptureServiceOptions options, log::ChangeLog& log)
+    : options_(std::move(options)), log_(log) {}
+
+Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOptions options,
+                                                              log::ChangeLog& log) {
+  if (options.install_on_start) {
+    options.poller.schema = options.install.schema;
+    auto session = PgSession::connect(options.poller.conninfo);
+    if (!session.ok()) return session.error();
+    auto installed = install(**session, options.install);
+    if (!installed.ok()) return installed.error();
+  }
+  if (options.min_poll.count() <= 0) options.min_poll = std::chrono::milliseconds(1);
+  options.max_poll = std::max(options.max_poll, options.min_poll);
+  options.reconnect_max = std::max(options.reconnect_max, options.reconnect_min);
+  std::unique_ptr<CaptureService> svc(new CaptureService(std::move(options), log));
+  if (pipe2(svc->wake_fds_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    return Error::make(sqlstate::kInternalError, "could not create the capture wake-up pipe");
+  }
+  PGRELAY_TRY(svc->connect());
+  svc->thread_ = std::thread([s = svc.get()] { s->run(); });
+  return svc;
+}
+
+CaptureService::~CaptureService() {
+  stop();
+  for (int fd : wake_fds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void CaptureService::stop() {
+  stopping_ = true;
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  for (auto& task : tasks_) task->result = Status(stopped_error());
+  tasks_.clear();
+  done_cv_.notify_all();
+}
+
+void CaptureService::wake() {
+  if (wake_fds_[1] < 0) return;
+  const char byte = 1;
+  // A full pipe already holds a wake-up.
+  (void)!write(wake_fds_[1], &byte, 1);
+}
+
+Status CaptureService::connect() {
+  auto poller = TriggerPoller::open(options_.poller, log_);
+  if (!poller.ok()) return poller.error();
+  auto listener = PgSession::connect(options_.poller.conninfo);
+  if (!listener.ok()) return listener.error();
+  auto channel = (*listener)->ident(options_.poller.schema);
+  if (!channel.ok()) return channel.error();
+  PGRELAY_TRY((*listener)->run("LISTEN " + *channel));
+  poller_ = std::move(*poller);
+  listener_ = std::move(*listener);
+  return {};
+}
+
+void CaptureService::disconnect() {
+  poller_.reset();
+  listener_.reset();
+  armed_.reset();
+}
+
+bool CaptureService::set_armed(bool armed) {
+  auto table = poller_->session().ident(options_.poller.schema);
+  if (!table.ok()) return false;
+  auto st = poller_->session().run("UPDATE " + *table + ".wakeup SET armed = $1::bool",
+                                   {armed ? "true" : "false"});
+  if (!st.ok()) {
+    note_error(st.error());
+    return false;
+  }
+  armed_ = armed;
+  return true;
+}
+
+void CaptureService::note_error(const Error& error) {
+  std::lock_guard lock(mu_);
+  stats_.last_error = error.to_string();
+}
+
+CaptureService::Stats CaptureService::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+Status CaptureService::poll_once(bool* found) {
+  auto st = poller_->poll();
+  if (!st.ok()) return st.error();
+  *found = st->transactions + st->messages > 0 || st->rows > 0;
+  std::lock_guard lock(mu_);
+  ++stats_.polls;
+  stats_.transactions += st->transactions;
+  stats_.rows += st->rows;
+  if (st->last_lsn.is_valid()) stats_.last_lsn = st->last_lsn;
+  if (st->undecodable_rows > 0) {
+    stats_.last_error = std::to_string(st->undecodable_rows) +
+                        " captured rows fit no recorded column layout and were left out (a table "
+                        "was altered twice between layout syncs without an event trigger)";
+  }
+  return {};
+}
+
+void CaptureService::wait(std::chrono::milliseconds timeout) {
+  pollfd fds[2] = {{wake_fds_[0], POLLIN, 0}, {-1, POLLIN, 0}};
+  nfds_t n = 1;
+  if (listener_) {
+    fds[1].fd = listener_->socket();
+    n = 2;
+  }
+  const int rc = ::poll(fds, n, static_cast<int>(timeout.count()));
+  if (rc <= 0) return;
+  if ((fds[0].revents & POLLIN) != 0) {
+    char buf[64];
+    while (read(wake_fds_[0], buf, sizeof buf) > 0) {
+    }
+  }
+  if (n == 2 && fds[1].revents != 0 && listener_) {
+    auto notes = listener_->drain_notifications();
+    if (!notes.ok()) {
+      note_error(notes.error());
+      disconnect();
+    }
+  }
+}
+
+Status CaptureService::call(std::function<Status()> fn) {
+  auto task = std::make_shared<Task>();
+  task->fn = std::move(fn);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return stopped_error();
+    tasks_.push_back(task);
+  }
+  wake();
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return task->result.has_value(); });
+  return *task->result;
+}
+
+void CaptureService::run_tasks() {
+  std::deque<std::shared_ptr<Task>> tasks;
+  {
+    std::lock_guard lock(mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) {
+    Status result;
+    if (!poller_) result = connect();
+    if (result.ok()) result = task->fn();
+    if (!result.ok() && poller_ && !poller_->session().connection_ok()) disconnect();
+    std::lock_guard lock(mu_);
+    task->result = std::move(result);
+    done_cv_.notify_all();
+  }
+}
+
+void CaptureService::run() {
+  std::chrono::milliseconds interval = options_.min_poll;
+  std::chrono::milliseconds backoff = options_.reconnect_min;
+  Clock::time_point last_detect = Clock::now();
+  bool was_disconnected = false;
+  while (!stopping_) {
+    run_tasks();
+    if (!poller_ || !listener_) {
+      disconnect();
+      auto connected = connect();
+      if (!connected.ok()) {
+        note_error(connected.error());
+        was_disconnected = true;
+        wait(backoff);
+        backoff = std::min(backoff * 2, options_.reconnect_max);
+        continue;
+      }
+      if (was_disconnected) {
+        std::lock_guard lock(mu_);
+        ++stats_.reconnects;
+      }
+      was_disconnected = false;
+    }
+    if (Clock::now() - last_detect >= options_.detect_interval) {
+      last_detect = Clock::now();
+      auto synced = sync_tables(poller_->session(), options_.poller.schema);
+      if (!synced.ok()) note_error(synced.error());
+    }
+    bool found = false;
+    auto polled = poll_once(&found);
+    if (!polled.ok()) {
+      note_error(polled.error());
+      if (!poller_->session().connection_ok() || !listener_->connection_ok()) {
+        disconnect();
+        was_disconnected = true;
+      }
+      wait(backoff);
+      backoff = std::min(backoff * 2, options_.reconnect_max);
+      continue;
+    }
+    backoff = options_.reconnect_min;
+    if (found) {
+      interval = options_.min_poll;
+      if (armed_ != false) set_armed(false);
+    } else {
+      interval = std::min(interval * 2, options_.max_poll);
+      const auto arm_after = std::min(
+          std::max(options_.min_poll * 4, std::chrono::milliseconds(40)), options_.max_poll);
+      if (interval >= arm_after && armed_ != true) {
+        // Writers that committed since the last poll saw the flag down and sent nothing.
+        if (set_armed(true)) continue;
+      }
+    }
+    wait(interval);
+  }
+  disconnect();
+}
+
+Result<ExportedSnapshot> CaptureService::export_snapshot() {
+  ExportedSnapshot out;
+  Status st = call([&]() -> Status {
+    auto holder = PgSession::connect(options_.poller.conninfo);
+    if (!holder.ok()) return holder.error();
+    PGRELAY_TRY((*holder)->run("BEGIN ISOLATION LEVEL REPEATABLE READ"));
+    auto name = (*holder)->exec("SELECT pg_catalog.pg_export_snapshot()");
+    if (!name.ok()) return name.error();
+    out.snapshot_name = std::string(name->value(0, 0));
+    auto polled = poller_->capture_in_snapshot(out.snapshot_name);
+    if (!polled.ok()) return polled.error();
+    PGRELAY_TRY(poller_->release());
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.polls;
+      stats_.transactions += polled->transactions;
+      stats_.rows += polled->rows;
+      if (polled->last_lsn.is_valid()) stats_.last_lsn = polled->last_lsn;
+    }
+    // Entries of this batch and before end below the log's end; later batches start at or
+    // after both it and this poll's WAL position, and their commits come after their begins.
+    out.consistent_point = std::max(log_.last_end_lsn(), polled->upstream_lsn);
+    out.holder = std::move(*holder);
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return out;
+}
+
+Result<Lsn> CaptureService::sync() {
+  Lsn last;
+  Status st = call([&]() -> Status {
+    bool found = false;
+    PGRELAY_TRY(poll_once(&found));
+    last = log_.last_end_lsn();
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return last;
+}
+
+}  // namespace pgrelay::capture

@@ -1,0 +1,130 @@
+// Runs trigger capture continuously: a thread that polls on NOTIFY or a fallback interval.
+//
+// The capture thread owns two upstream connections: the poller's, and one that LISTENs on the
+// channel the triggers notify (the install schema's name). It polls when notified, and
+// otherwise on an adaptive interval: min_poll right after a poll that found something, doubling
+// up to max_poll while idle (the fallback for a lost notification; an idle upstream costs one
+// small read-only poll per max_poll).
+//
+// Wake-ups are coalesced twice. A capture trigger runs once per statement and calls pg_notify
+// with a constant payload, which Postgres queues once per transaction. And it notifies only
+// while the service is idle: NOTIFY takes a database-wide lock at commit that serializes the
+// commits of every notifying transaction (it halved single-row insert throughput), so the
+// service raises a flag (the unlogged table `wakeup`) when it backs off past a few min_poll
+// intervals, polls once more, and lowers it as soon as a poll finds work again; while busy it
+// polls every min_poll anyway. A writer in a REPEATABLE READ transaction may see the flag late;
+// the fallback poll covers it.
+//
+// A failed poll with a broken connection (upstream restart, network) drops both connections and
+// reconnects with exponential backoff (reconnect_min doubling to reconnect_max); the poller
+// resumes from the checkpoint persisted in the log, so nothing is lost or appended twice. Other
+// errors are kept in stats().last_error and retried after the same backoff.
+//
+// Every detect_interval the thread calls sync_tables(): new tables of captured publications get
+// their triggers and ALTERed tables a new layout without a restart (with an event trigger this
+// happens in the DDL itself; the interval then only catches up what it could not do).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "base/result.h"
+#include "capture/trigger/installer.h"
+#include "capture/trigger/pg_session.h"
+#include "capture/trigger/poller.h"
+#include "log/change_log.h"
+
+namespace pgrelay::capture {
+
+struct CaptureServiceOptions {
+  PollerOptions poller;
+  InstallOptions install;  // with install_on_start, its schema is used for the poller too
+  bool install_on_start = true;
+  std::chrono::milliseconds min_poll{10}, max_poll{1000};
+  std::chrono::milliseconds detect_interval{1000};
+  std::chrono::milliseconds reconnect_min{100}, reconnect_max{5000};
+};
+
+struct ExportedSnapshot {
+  // The connection whose open REPEATABLE READ transaction exported the snapshot.
+  std::unique_ptr<PgSession> holder;
+  std::string snapshot_name;  // pg_export_snapshot()
+  Lsn consistent_point;
+};
+
+class CaptureService {
+ public:
+  // Connects (and installs, with install_on_start) before returning, so configuration errors
+  // come back here; later connection failures are retried by the thread.
+  static Result<std::unique_ptr<CaptureService>> start(CaptureServiceOptions options,
+                                                       log::ChangeLog& log);
+  ~CaptureService();  // stops
+  CaptureService(const CaptureService&) = delete;
+  CaptureService& operator=(const CaptureService&) = delete;
+
+  // Stops the thread and closes its connections; idempotent.
+  void stop();
+  // Poll soon.
+  void wake();
+
+  // Runs on the capture thread between polls: opens a connection, BEGIN ISOLATION LEVEL
+  // REPEATABLE READ, pg_export_snapshot(), then captures exactly the transactions visible in
+  // that snapshot. Every transaction visible in it is in the log with a commit LSN below
+  // consistent_point, every other one is appended later with a commit LSN above it. Returns
+  // once that batch is durable. The caller keeps `holder` open while clients may import the
+  // snapshot.
+  Result<ExportedSnapshot> export_snapshot();
+  // Polls once now and waits until everything committed upstream before the call is durable in
+  // the log; returns the log's last LSN.
+  Result<Lsn> sync();
+
+  struct Stats {
+    std::uint64_t transactions = 0, rows = 0, polls = 0, reconnects = 0;
+    Lsn last_lsn;
+    std::string last_error;
+  };
+  Stats stats() const;
+
+ private:
+  CaptureService(CaptureServiceOptions options, log::ChangeLog& log);
+  Status connect();
+  void disconnect();
+  void run();
+  // Runs `task` on the capture thread and waits for it.
+  Status call(std::function<Status()> task);
+  void run_tasks();
+  Status poll_once(bool* found);
+  void note_error(const Error& error);
+  void wait(std::chrono::milliseconds timeout);
+  // Raises or lowers the flag that makes writers notify; false (error noted) when it failed.
+  bool set_armed(bool armed);
+
+  CaptureServiceOptions options_;
+  log::ChangeLog& log_;
+  std::unique_ptr<TriggerPoller> poller_;
+  std::unique_ptr<PgSession> listener_;
+  std::optional<bool> armed_;   // the wakeup flag as last set; unknown after (re)connecting
+  int wake_fds_[2] = {-1, -1};  // self-pipe: wake(), stop() and tasks write a byte
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  struct Task {
+    std::function<Status()> fn;
+    std::optional<Status> result;
+  };
+  std::deque<std::shared_ptr<Task>> tasks_;
+  Stats stats_;
+};
+
+}  // namespace pgrelay::capture

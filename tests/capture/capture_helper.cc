@@ -1,0 +1,37 @@
+// A capture process for the crash test: runs CaptureService on a log until it is killed.
+// Usage: capture_helper CONNINFO LOG_DIR SPILL_DIR TABLE...
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "capture/trigger/capture_service.h"
+#include "log/change_log.h"
+
+int main(int argc, char** argv) {
+  using namespace pgrelay;
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s CONNINFO LOG_DIR SPILL_DIR TABLE...\n", argv[0]);
+    return 2;
+  }
+  log::LogOptions lo;
+  lo.dir = argv[2];
+  lo.sync = log::SyncPolicy::kInterval;  // a killed process loses nothing written(2)
+  auto log = log::ChangeLog::open(lo);
+  if (!log.ok()) {
+    std::fprintf(stderr, "log: %s\n", log.error().to_string().c_str());
+    return 1;
+  }
+  capture::CaptureServiceOptions o;
+  o.poller.conninfo = argv[1];
+  o.poller.spill_dir = argv[3];
+  for (int i = 4; i < argc; ++i) o.install.tables.push_back({"public", argv[i]});
+  auto svc = capture::CaptureService::start(o, **log);
+  if (!svc.ok()) {
+    std::fprintf(stderr, "capture: %s\n", svc.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  while (true) pause();
+}
