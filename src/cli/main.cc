@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/log_commands.h"
+#include "cli/serve_command.h"
 #include "cli/version.h"
 
 int main(int argc, char** argv) {
@@ -11,9 +12,7 @@ int main(int argc, char** argv) {
       "pgrelay - a PostgreSQL logical-replication server.\n\n"
       "pgrelay stands in front of an upstream PostgreSQL, captures its row changes into a\n"
       "durable, LSN-ordered change log, and serves them to unmodified consumers over the\n"
-      "genuine replication protocol (pgoutput v1-v4), while ordinary sessions pass through.\n\n"
-      "This build has the protocol codecs and the change log; the capture and the server\n"
-      "commands arrive in later releases.",
+      "genuine replication protocol (pgoutput v1-v4), while ordinary sessions pass through.",
       "pgrelay"};
   app.set_version_flag("-V,--version", std::string("pgrelay ") + PGRELAY_VERSION);
   app.footer("Report bugs and read the documentation in the project's README.md.");
@@ -57,7 +56,63 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   stat_cmd->add_flag("--json", stat_options.json, "Print one JSON object instead of text");
 
+  pgrelay::cli::ServeOptions serve_options;
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve",
+      "Serve an upstream PostgreSQL: capture its row changes with triggers into the change log,\n"
+      "answer replication connections (replication=database) from that log, and pass every\n"
+      "other session through to the upstream. Prints one line\n"
+      "  pgrelay ready: postgres://USER:PASSWORD@HOST:PORT/DBNAME\n"
+      "on stdout when clients can connect. Stop it with Ctrl-C or SIGTERM.");
+  serve_cmd
+      ->add_option("--upstream,-u", serve_options.upstream,
+                   "The upstream server, as a libpq URL or conninfo string, e.g.\n"
+                   "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients log in\n"
+                   "to pgrelay with this user and password.")
+      ->required();
+  serve_cmd->add_option("--listen,-l", serve_options.listen, "Address and port to listen on")
+      ->capture_default_str();
+  serve_cmd->add_option("--data-dir,-D", serve_options.data_dir,
+                        "Where pgrelay keeps its change log, slots and TLS files")
+      ->capture_default_str();
+  serve_cmd->add_option("--schema", serve_options.schema,
+                        "Upstream schema for pgrelay's capture tables, triggers and catalog views")
+      ->capture_default_str();
+  serve_cmd->add_option("--tls-cert", serve_options.tls_cert,
+                        "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a "
+                        "self-signed one generated on first start)");
+  serve_cmd->add_option("--tls-key", serve_options.tls_key, "PEM private key for --tls-cert");
+  serve_cmd->add_flag("--no-tls", serve_options.no_tls, "Answer SSLRequest with N (no TLS)");
+  serve_cmd
+      ->add_option("--wal-sender-timeout", serve_options.wal_sender_timeout_seconds,
+                   "Seconds of consumer silence before a replication stream is ended (0 = never)")
+      ->capture_default_str();
+  serve_cmd
+      ->add_option("--max-replication-slots", serve_options.max_replication_slots,
+                   "Slots pgrelay keeps at most")
+      ->capture_default_str();
+  serve_cmd
+      ->add_option("--auth", serve_options.auth_rules,
+                   "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
+                   "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
+                   "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
+                   "has no password, and no access from elsewhere).");
+
+  serve_cmd->add_option("--users", serve_options.users_file,
+                        "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
+                        "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
+                        "Without it, clients log in with the upstream URL's user and password.");
+
+  std::string md5_user;
+  CLI::App* hash_cmd = app.add_subcommand(
+      "hash-password",
+      "Read a password on standard input and print its SCRAM-SHA-256 secret, for --users.");
+  hash_cmd->add_option("--md5-user", md5_user,
+                       "Print the md5 secret for this user name instead (md5 authentication)");
+
   CLI11_PARSE(app, argc, argv);
+  if (hash_cmd->parsed()) return pgrelay::cli::run_hash_password(md5_user);
+  if (serve_cmd->parsed()) return pgrelay::cli::run_serve(serve_options);
   if (dump_cmd->parsed()) return pgrelay::cli::run_log_dump(dump_options);
   if (stat_cmd->parsed()) return pgrelay::cli::run_log_stat(stat_options);
   std::printf("%s", app.help().c_str());

@@ -1,0 +1,538 @@
+// `pgrelay serve`: capture from an upstream, keep the change log, and serve clients.
+#include "cli/serve_command.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "cli/capture_link.h"
+#include "log/change_log.h"
+#include "log/slots.h"
+#include "server/server.h"
+#include "server/sql_rewrite.h"
+#include "server/tls_setup.h"
+#include "upstream/virtual_catalog.h"
+#include "wire/md5_auth.h"
+#include "wire/scram.h"
+
+namespace pgrelay::cli {
+namespace {
+
+void print_error(const Error& error) {
+  std::fprintf(stderr, "pgrelay: error: %s\n", error.message.c_str());
+  if (!error.detail.empty()) std::fprintf(stderr, "pgrelay: detail: %s\n", error.detail.c_str());
+  if (!error.hint.empty()) std::fprintf(stderr, "pgrelay: hint: %s\n", error.hint.c_str());
+}
+
+// Percent-encodes a URL component (user, password, database name).
+std::string url_encode(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char buffer[4];
+      std::snprintf(buffer, sizeof buffer, "%%%02X", c);
+      out += buffer;
+    }
+  }
+  return out;
+}
+
+Result<std::pair<std::string, int>> parse_listen(const std::string& text) {
+  auto colon = text.rfind(':');
+  std::string host = colon == std::string::npos ? text : text.substr(0, colon);
+  std::string port_text = colon == std::string::npos ? "5433" : text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  try {
+    port = std::stoi(port_text);
+  } catch (...) {
+    port = -1;
+  }
+  if (host.empty() || port <= 0 || port > 65535) {
+    return Error::make(sqlstate::kInvalidParameterValue, "invalid --listen value \"" + text + "\"",
+                       "Use HOST:PORT, e.g. 127.0.0.1:5433.");
+  }
+  return std::make_pair(host, port);
+}
+
+// The mirror of slots and walsenders kept in the upstream's virtual catalog, and the requests
+// clients make through it, on a thread of its own (libpq blocks).
+class CatalogWorker {
+ public:
+  CatalogWorker(std::unique_ptr<upstream::VirtualCatalog> catalog, std::string conninfo,
+                asio::io_context& io, server::ReplicationHub& hub)
+      : catalog_(std::move(catalog)), conninfo_(std::move(conninfo)), io_(io), hub_(hub) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~CatalogWorker() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    written_cv_.notify_all();
+    thread_.join();
+  }
+
+  // Called on the io thread after slots or walsenders changed.
+  void refresh() {
+    Snapshot snapshot{hub_.slots().list(), hub_.walsenders()};
+    std::lock_guard lock(mu_);
+    pending_ = std::move(snapshot);
+    ++requested_;
+  }
+
+  // Blocks until every refresh() before the call is written upstream (bounded: a broken
+  // upstream connection must not hang a replication command).
+  void flush() {
+    std::unique_lock lock(mu_);
+    auto target = requested_;
+    written_cv_.wait_for(lock, std::chrono::seconds(5),
+                         [&] { return written_ >= target || stopping_; });
+  }
+
+ private:
+  struct Snapshot {
+    std::vector<log::Slot> slots;
+    std::vector<server::WalsenderInfo> walsenders;
+  };
+
+  void loop() {
+    wire::Lsn head;
+    auto next_refresh = std::chrono::steady_clock::now();
+    auto next_take = next_refresh;
+    for (;;) {
+      std::optional<Snapshot> snapshot;
+      std::uint64_t generation = 0;
+      {
+        std::unique_lock lock(mu_);
+        if (stopping_) return;
+        snapshot = std::move(pending_);
+        pending_.reset();
+        generation = requested_;
+      }
+      if (snapshot) {
+        write_mirror(*snapshot);
+        std::lock_guard lock(mu_);
+        written_ = std::max(written_, generation);
+        written_cv_.notify_all();
+      }
+      wire::Lsn now = hub_.log().last_end_lsn();
+      if (now != head && catalog_->set_log_head(now).ok()) head = now;
+      // Slot positions and walsender progress move without a "changed" event; pick them up
+      // once a second (only rows that differ are written).
+      if (std::chrono::steady_clock::now() >= next_refresh) {
+        next_refresh = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        asio::post(io_, [this] { refresh(); });
+      }
+      // Short: flush() callers wait for the next turn of this loop. Requests are read when
+      // notified, and once a second in case a notification was missed (reconnects).
+      auto notified = catalog_->wait_for_requests(std::chrono::milliseconds(20));
+      if (!notified.ok()) {
+        reconnect();
+        continue;
+      }
+      if (*notified || std::chrono::steady_clock::now() >= next_take) {
+        next_take = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        auto requests = catalog_->take_requests();
+        if (requests.ok() && !requests->empty()) {
+          asio::post(io_, [this, list = std::move(*requests)] { apply(list); });
+        }
+      }
+    }
+  }
+
+  // The upstream went away (restart, network): reopen with backoff, then rewrite the whole
+  // mirror, since the state tables may have been recreated or missed updates.
+  void reconnect() {
+    auto delay = std::chrono::milliseconds(100);
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        if (stopping_ || written_cv_.wait_for(lock, delay, [&] { return stopping_; })) return;
+      }
+      auto reopened = upstream::VirtualCatalog::open(conninfo_, catalog_->schema());
+      if (reopened.ok()) {
+        catalog_ = std::move(*reopened);
+        mirrored_slots_.clear();
+        mirrored_walsenders_ = "-";
+        asio::post(io_, [this] { refresh(); });
+        return;
+      }
+      delay = std::min(delay * 2, std::chrono::milliseconds(5000));
+    }
+  }
+
+  static std::string slot_key(const upstream::SlotRow& row) {
+    return row.plugin + '|' + row.database + '|' + (row.active ? "t" : "f") + '|' +
+           std::to_string(row.active_pid.value_or(0)) + '|' + row.restart_lsn->to_string() + '|' +
+           row.confirmed_flush_lsn->to_string() + '|' + row.wal_status + '|' +
+           (row.two_phase ? "t" : "f") + (row.temporary ? "t" : "f");
+  }
+
+  void write_mirror(const Snapshot& snapshot) {
+    std::map<std::string, std::string> current;
+    for (const auto& slot : snapshot.slots) {
+      upstream::SlotRow row;
+      row.slot_name = slot.name;
+      row.plugin = slot.plugin;
+      row.database = slot.database;
+      row.temporary = slot.temporary;
+      row.active = slot.active_pid != 0;
+      if (slot.active_pid) row.active_pid = slot.active_pid;
+      row.restart_lsn = slot.restart_lsn;
+      row.confirmed_flush_lsn = slot.confirmed_flush;
+      row.wal_status = slot.is_lost() ? "lost" : "reserved";
+      row.two_phase = slot.two_phase;
+      std::string key = slot_key(row);
+      auto known = mirrored_slots_.find(slot.name);
+      if (known == mirrored_slots_.end() || known->second != key) {
+        if (!catalog_->upsert_slot(row).ok()) key.clear();  // retried next time
+      }
+      current[slot.name] = key;
+    }
+    for (const auto& [name, key] : mirrored_slots_) {
+      if (!current.count(name)) (void)catalog_->remove_slot(name);
+    }
+    mirrored_slots_ = std::move(current);
+
+    std::vector<upstream::WalsenderRow> rows;
+    std::string walsender_key;
+    for (const auto& w : snapshot.walsenders) {
+      upstream::WalsenderRow row;
+      row.pid = w.pid;
+      row.usename = w.user;
+      row.application_name = w.application_name;
+      if (!w.client_addr.empty()) row.client_addr = w.client_addr;
+      row.state = w.state;
+      row.sent_lsn = w.sent;
+      row.write_lsn = w.write;
+      row.flush_lsn = w.flush;
+      row.replay_lsn = w.replay;
+      row.slot_name = w.slot;
+      walsender_key += std::to_string(w.pid) + w.state + w.sent.to_string() + w.flush.to_string() + ';';
+      rows.push_back(std::move(row));
+    }
+    if (walsender_key != mirrored_walsenders_ && catalog_->set_walsenders(rows).ok()) {
+      mirrored_walsenders_ = walsender_key;
+    }
+  }
+
+  // On the io thread: carry out what clients asked through the catalog functions.
+  void apply(const std::vector<upstream::CatalogRequest>& requests) {
+    for (const auto& request : requests) {
+      switch (request.kind) {
+        case upstream::CatalogRequest::Kind::kDropSlot:
+          (void)hub_.slots().drop(request.slot_name);
+          break;
+        case upstream::CatalogRequest::Kind::kCreateSlot: {
+          log::Slot slot;
+          slot.name = request.slot_name;
+          slot.plugin = request.plugin;
+          slot.database = hub_.upstream().dbname;
+          slot.temporary = request.temporary;
+          slot.two_phase = request.two_phase;
+          slot.confirmed_flush = request.lsn;
+          slot.restart_lsn = request.lsn;
+          (void)hub_.slots().create(slot);
+          break;
+        }
+        case upstream::CatalogRequest::Kind::kTerminate:
+          hub_.terminate(request.pid);
+          break;
+      }
+    }
+    refresh();
+  }
+
+  std::unique_ptr<upstream::VirtualCatalog> catalog_;
+  std::string conninfo_;
+  asio::io_context& io_;
+  server::ReplicationHub& hub_;
+  std::mutex mu_;
+  std::condition_variable written_cv_;
+  std::optional<Snapshot> pending_;
+  std::uint64_t requested_ = 0;  // refresh() calls so far
+  std::uint64_t written_ = 0;    // the newest of them written upstream
+  bool stopping_ = false;
+  // What the upstream mirror holds, to write only what changed (catalog thread only).
+  std::map<std::string, std::string> mirrored_slots_;
+  std::string mirrored_walsenders_ = "-";
+  std::thread thread_;
+};
+
+// The users file: one user per line, "NAME SECRET [replication]", SECRET as pg_authid holds it
+// (SCRAM-SHA-256$... or md5...); '#' starts a comment.
+Result<std::vector<server::User>> read_users_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Error::make(sqlstate::kIoError, "could not open users file \"" + path + "\"",
+                       "Check --users; create lines with `pgrelay hash-password`.");
+  }
+  std::vector<server::User> users;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    server::User user;
+    std::string flag, extra;
+    if (!(fields >> user.name)) continue;
+    fields >> user.secret >> flag >> extra;
+    bool secret_ok = user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
+    if (user.secret.empty() || !secret_ok || (!flag.empty() && flag != "replication") ||
+        !extra.empty()) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         path + ":" + std::to_string(number) + ": expected NAME SECRET [replication]",
+                         "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
+                         "`pgrelay hash-password`. Passwords never appear in this file.");
+    }
+    if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 && !wire::ScramVerifier::parse(user.secret).ok()) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         path + ":" + std::to_string(number) + ": invalid SCRAM secret");
+    }
+    user.replication = flag == "replication";
+    users.push_back(std::move(user));
+  }
+  return users;
+}
+
+}  // namespace
+
+int run_hash_password(const std::string& md5_user) {
+  std::string password;
+  if (!std::getline(std::cin, password) || password.empty()) {
+    print_error(Error::make(sqlstate::kInvalidParameterValue, "no password on standard input",
+                            "Run: printf '%s\\n' 'the password' | pgrelay hash-password"));
+    return 2;
+  }
+  if (!md5_user.empty()) {
+    std::printf("%s\n", wire::md5_password_hash(md5_user, password).c_str());
+    return 0;
+  }
+  auto verifier = wire::ScramVerifier::from_password(password);
+  if (!verifier.ok()) {
+    print_error(verifier.error());
+    return 1;
+  }
+  std::printf("%s\n", verifier->to_string().c_str());
+  return 0;
+}
+
+int run_serve(const ServeOptions& options) {
+  auto upstream = upstream::UpstreamConfig::parse(options.upstream);
+  if (!upstream.ok()) {
+    print_error(upstream.error());
+    return 2;
+  }
+  auto listen = parse_listen(options.listen);
+  if (!listen.ok()) {
+    print_error(listen.error());
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    print_error(Error::make(sqlstate::kIoError,
+                            "could not create data directory \"" + options.data_dir +
+                                "\": " + ec.message()));
+    return 1;
+  }
+
+  log::LogOptions log_options;
+  log_options.dir = options.data_dir + "/log";
+  auto change_log = log::ChangeLog::open(log_options);
+  if (!change_log.ok()) {
+    print_error(change_log.error());
+    return 1;
+  }
+  log::SlotRegistryOptions slot_options;
+  slot_options.max_slots = static_cast<std::size_t>(options.max_replication_slots);
+  slot_options.persist_every = 0;
+  slot_options.persist_interval = std::chrono::milliseconds(1000);
+  auto slots = log::SlotRegistry::open(log_options.dir, slot_options);
+  if (!slots.ok()) {
+    print_error(slots.error());
+    return 1;
+  }
+
+  auto capture = start_capture(*upstream, options.schema, options.data_dir, **change_log);
+  if (!capture.ok()) {
+    print_error(capture.error());
+    return 1;
+  }
+
+  asio::io_context io;
+  asio::thread_pool blocking(4);
+  server::ReplicationHub hub(io.get_executor(), blocking, **change_log, **slots, capture->get(),
+                             *upstream);
+
+  server::ServerContext context;
+  context.upstream = *upstream;
+  context.hub = &hub;
+  context.settings.wal_sender_timeout = std::chrono::seconds(options.wal_sender_timeout_seconds);
+  context.settings.max_wal_senders = options.max_wal_senders;
+  context.settings.max_replication_slots = options.max_replication_slots;
+
+  // Clients log in as the upstream's user, with its password, unless a users file says who.
+  if (!options.users_file.empty()) {
+    auto users = read_users_file(options.users_file);
+    if (!users.ok()) {
+      print_error(users.error());
+      return 2;
+    }
+    context.auth.users = std::move(*users);
+  } else {
+    server::User user{upstream->user, "", true};
+    if (!upstream->password.empty()) {
+      auto verifier = wire::ScramVerifier::from_password(upstream->password);
+      if (!verifier.ok()) {
+        print_error(verifier.error());
+        return 1;
+      }
+      user.secret = verifier->to_string();
+    }
+    context.auth.users.push_back(user);
+  }
+  auto mock = wire::random_bytes(32);
+  if (mock.ok()) context.auth.mock_secret = *mock;
+  // Without a password only loopback clients may enter (trust); with one, SCRAM everywhere.
+  if (upstream->password.empty() && options.users_file.empty()) {
+    context.auth.default_method = server::AuthMethod::kReject;
+    for (const char* loopback : {"127.0.0.0/8", "::1/128"}) {
+      context.auth.rules.push_back({*server::parse_auth_network(loopback), server::AuthMethod::kTrust});
+    }
+  }
+  for (const auto& rule : options.auth_rules) {
+    auto eq = rule.find('=');
+    auto network = server::parse_auth_network(rule.substr(0, eq));
+    auto method = eq == std::string::npos
+                      ? Result<server::AuthMethod>(Error::make(sqlstate::kInvalidParameterValue,
+                                                               "invalid --auth rule \"" + rule + "\"",
+                                                               "Use ADDRESS/PREFIX=METHOD."))
+                      : server::parse_auth_method(rule.substr(eq + 1));
+    if (!network.ok() || !method.ok()) {
+      print_error(!network.ok() ? network.error() : method.error());
+      return 2;
+    }
+    if (*method == server::AuthMethod::kTrust && !network->address().is_loopback() &&
+        !network->address().is_v4_mapped()) {
+      std::fprintf(stderr, "pgrelay: warning: trust authentication for %s admits anyone there\n",
+                   rule.c_str());
+    }
+    context.auth.rules.insert(context.auth.rules.begin(), {*network, *method});
+  }
+
+  std::unique_ptr<asio::ssl::context> server_tls;
+  if (!options.no_tls) {
+    std::string cert = options.tls_cert.empty() ? options.data_dir + "/tls/server.crt" : options.tls_cert;
+    std::string key = options.tls_key.empty() ? options.data_dir + "/tls/server.key" : options.tls_key;
+    if (options.tls_cert.empty()) {
+      auto generated = server::ensure_self_signed_certificate(cert, key, "pgrelay");
+      if (!generated.ok()) {
+        print_error(generated.error());
+        return 1;
+      }
+    }
+    auto tls = server::make_server_tls(cert, key);
+    if (!tls.ok()) {
+      print_error(tls.error());
+      return 1;
+    }
+    server_tls = std::move(*tls);
+    context.server_tls = server_tls.get();
+  }
+  auto upstream_tls = server::make_upstream_tls(*upstream);
+  if (!upstream_tls.ok()) {
+    print_error(upstream_tls.error());
+    return 1;
+  }
+  context.upstream_tls = upstream_tls->get();
+
+  server::SqlRewriter rewriter(server::RewriteOptions{options.schema});
+  context.rewrite = [&rewriter](std::string_view sql) -> std::optional<std::string> {
+    if (!rewriter.may_need_rewrite(sql)) return std::nullopt;
+    auto rewritten = rewriter.rewrite(sql);
+    if (!rewritten.ok()) return std::nullopt;
+    return *rewritten;
+  };
+
+  auto catalog = upstream::VirtualCatalog::open(upstream->conninfo(), options.schema);
+  if (!catalog.ok()) {
+    print_error(catalog.error());
+    return 1;
+  }
+  if (auto installed = (*catalog)->install(); !installed.ok()) {
+    print_error(installed.error());
+    return 1;
+  }
+  upstream::CatalogSettings catalog_settings;
+  catalog_settings.max_replication_slots = options.max_replication_slots;
+  catalog_settings.max_wal_senders = options.max_wal_senders;
+  catalog_settings.wal_sender_timeout_ms = options.wal_sender_timeout_seconds * 1000;
+  (void)(*catalog)->set_settings(catalog_settings);
+  CatalogWorker catalog_worker(std::move(*catalog), upstream->conninfo(), io, hub);
+  hub.on_change([&catalog_worker] { catalog_worker.refresh(); });
+  hub.on_mirror_sync([&catalog_worker] { catalog_worker.flush(); });
+  catalog_worker.refresh();
+
+  server::Server server(io, context);
+  auto bound = server.listen(listen->first, listen->second);
+  if (!bound.ok()) {
+    print_error(bound.error());
+    return 1;
+  }
+  server.start();
+
+  // Shutdown: stop accepting, let walsenders end their streams with CopyDone, then close
+  // what is left and stop.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  asio::steady_timer shutdown_timer(io);
+  std::function<void()> wait_for_sessions;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  wait_for_sessions = [&] {
+    if (server.session_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
+      server.stop();
+      io.stop();
+      return;
+    }
+    shutdown_timer.expires_after(std::chrono::milliseconds(50));
+    shutdown_timer.async_wait([&](const std::error_code&) { wait_for_sessions(); });
+  };
+  signals.async_wait([&](const std::error_code& error, int) {
+    if (error) return;
+    std::fprintf(stderr, "pgrelay: shutting down\n");
+    server.stop_accepting();
+    hub.stop_all();
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    // Pass-through sessions have no stream to end: close them once walsenders are done.
+    wait_for_sessions();
+  });
+
+  std::string host = listen->first == "0.0.0.0" || listen->first == "::" ? "127.0.0.1" : listen->first;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  std::string url = "postgres://" + url_encode(upstream->user);
+  if (!upstream->password.empty()) url += ":" + url_encode(upstream->password);
+  url += "@" + host + ":" + std::to_string(bound->port()) + "/" + url_encode(upstream->dbname);
+  std::printf("pgrelay ready: %s\n", url.c_str());
+  std::fflush(stdout);
+
+  io.run();
+  blocking.join();
+  capture->reset();
+  (void)(*slots)->flush();
+  return 0;
+}
+
+}  // namespace pgrelay::cli

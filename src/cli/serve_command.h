@@ -1,0 +1,32 @@
+// `pgrelay serve`: capture from an upstream, keep the change log, and serve clients.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pgrelay::cli {
+
+struct ServeOptions {
+  std::string upstream;  // libpq URL or conninfo
+  std::string listen = "127.0.0.1:5433";
+  std::string data_dir = "./pgrelay-data";
+  std::string schema = "_pgrelay";  // upstream schema for capture and the virtual catalog
+  std::string tls_cert;             // empty: DATA_DIR/tls/server.crt, generated on first start
+  std::string tls_key;
+  bool no_tls = false;
+  int wal_sender_timeout_seconds = 60;
+  int max_replication_slots = 10;
+  int max_wal_senders = 10;
+  std::vector<std::string> auth_rules;  // "ADDRESS/PREFIX=METHOD"
+  std::string users_file;               // empty: the upstream URL's user and password
+};
+
+// `pgrelay hash-password`: reads a password on stdin, prints its SCRAM-SHA-256 secret (or the
+// md5 form for `md5_user`), for the users file.
+int run_hash_password(const std::string& md5_user);
+
+// Runs until SIGINT or SIGTERM; returns the process exit status. Prints
+// "pgrelay ready: postgres://..." on stdout once clients can connect.
+int run_serve(const ServeOptions& options);
+
+}  // namespace pgrelay::cli

@@ -1,0 +1,171 @@
+# psql through `pgrelay serve`: simple and extended (\gdesc) protocol, fastpath, transactions, COPY, errors.
+import os
+import subprocess
+
+from e2e_support import PG_BIN, expect, expect_eq, main
+
+TABLE = """
+CREATE TABLE t_psql (id int PRIMARY KEY, name text NOT NULL, amount numeric(10,2), note text);
+"""
+
+
+def psql(env, relay, script=None, args=(), stop_on_error=True, verbose=False):
+    """Runs psql against pgrelay's URL; returns (exit code, stdout, stderr)."""
+    cmd = [os.path.join(PG_BIN, "psql"), "-X", "-A", "-t", "-q"]
+    if stop_on_error:
+        cmd += ["-v", "ON_ERROR_STOP=1"]
+    if verbose:
+        cmd += ["-v", "VERBOSITY=verbose"]
+    cmd += list(args) + ["-d", relay.url]
+    r = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=60,
+                       cwd=env.base)
+    return r.returncode, r.stdout, r.stderr
+
+
+def run_ok(env, relay, script, **kw):
+    code, out, err = psql(env, relay, script, **kw)
+    expect(code == 0, "psql exited %d\n      stdout: %r\n      stderr: %r" % (code, out, err))
+    return out
+
+
+def body(env):
+    env.start_postgres()
+    env.psql_admin(TABLE)
+    relay = env.start_relay()
+    direct_version = env.direct_query("SHOW server_version_num")[0][0]
+
+    def simple():
+        out = run_ok(env, relay, None, args=["-c", "SELECT 6 * 7", "-c", "SELECT current_user, current_database()",
+                                             "-c", "SHOW server_version_num",
+                                             "-c", "SELECT string_agg(g::text, ',') FROM generate_series(1, 5) g"])
+        expect_eq(out.splitlines(), ["42", "postgres|e2e", direct_version, "1,2,3,4,5"],
+                  "simple-protocol answers through pgrelay")
+        # Several statements in one Query message: psql sends the -c string as is.
+        out = run_ok(env, relay, None, args=["-c", "SELECT 1; SELECT 'two'; SELECT NULL IS NULL"])
+        # PG15 psql shows every result of a multi-statement Query.
+        expect_eq(out.splitlines(), ["1", "two", "t"], "a multi-statement simple Query's results")
+
+    def extended():
+        # PG15's psql has no \\bind (it came in 16). Its extended-protocol paths are \\gdesc
+        # (Parse + Describe of the unnamed statement) and the large-object commands (fastpath
+        # function calls); Bind/Execute with parameters is covered by pgbench -M extended/prepared.
+        script = ("SELECT $1::int AS a, 'x'::text AS b, 1.5::numeric(4,2) AS c \\gdesc\n"
+                  "SELECT id, name FROM t_psql \\gdesc\n"
+                  "SELECT 'after gdesc'\n")
+        out = run_ok(env, relay, script)
+        expect_eq(out.splitlines(), ["a|integer", "b|text", "c|numeric(4,2)", "id|integer", "name|text",
+                                     "after gdesc"], "\\gdesc (Parse/Describe/Sync) through pgrelay")
+        code, out, err = psql(env, relay, "SELECT no_such_column FROM t_psql \\gdesc\nSELECT 'next';\n",
+                              stop_on_error=False, verbose=True)
+        expect("42703" in err and out.splitlines() == ["next"],
+               "an error in Parse (42703) and the session goes on", got=(code, out, err))
+        blob = os.path.join(env.base, "blob.in")
+        payload = bytes(range(256)) * 40 + "ünïcødé".encode()
+        with open(blob, "wb") as f:
+            f.write(payload)
+        blob_out = os.path.join(env.base, "blob.out")
+        script = ("BEGIN;\n\\lo_import '%s'\n\\set oid :LASTOID\n\\lo_export :oid '%s'\n"
+                  "SELECT length(lo_get(:oid));\n\\lo_unlink :oid\nCOMMIT;\n" % (blob, blob_out))
+        out = run_ok(env, relay, script)
+        expect_eq(out.split(), [str(len(payload))], "large object length through pgrelay")
+        with open(blob_out, "rb") as f:
+            expect(f.read() == payload, "\\lo_import/\\lo_export (fastpath calls) round-trip the bytes")
+
+    def transaction():
+        script = """
+BEGIN;
+INSERT INTO t_psql VALUES (1, 'one', 1.00, NULL);
+INSERT INTO t_psql VALUES (2, 'two', 2.00, 'x');
+SAVEPOINT s1;
+INSERT INTO t_psql VALUES (3, 'three', 3.00, NULL);
+ROLLBACK TO SAVEPOINT s1;
+UPDATE t_psql SET amount = amount * 10 WHERE id = 2;
+SELECT count(*) FROM t_psql WHERE id < 100;
+SELECT pg_current_xact_id() = pg_current_xact_id();
+COMMIT;
+BEGIN;
+INSERT INTO t_psql VALUES (4, 'four', 4.00, NULL);
+SELECT count(*) FROM t_psql WHERE id < 100;
+ROLLBACK;
+SELECT id, name, amount, coalesce(note, '<null>') FROM t_psql WHERE id < 100 ORDER BY id;
+"""
+        out = run_ok(env, relay, script)
+        expect_eq(out.splitlines(), ["2", "t", "3", "1|one|1.00|<null>", "2|two|20.00|x"],
+                  "savepoint, rollback and commit through pgrelay")
+        rows = env.direct_query("SELECT id, amount::text FROM t_psql WHERE id < 100 ORDER BY id")
+        expect_eq(rows, [(1, "1.00"), (2, "20.00")], "upstream sees exactly the committed rows")
+
+    def copy():
+        csv_in = os.path.join(env.base, "in.csv")
+        lines = ['100,plain,1.50,',
+                 '101,"comma, and ""quotes""",2.00,note',
+                 '102,"multi\nline",3.25,""',
+                 '103,ünïcødé €,0.00,\\N',
+                 '104,tab\there,-7.10,x']
+        data = "\n".join(lines) + "\n"
+        with open(csv_in, "w") as f:
+            f.write(data)
+        out = run_ok(env, relay, "\\copy t_psql FROM '%s' WITH (FORMAT csv)\n" % csv_in, args=["-v", "QUIET=off"])
+        expect_eq(out.strip(), "COPY 5", "COPY FROM STDIN through pgrelay reports its row count")
+        rows = env.direct_query("SELECT id, name, amount::text, note FROM t_psql WHERE id >= 100 AND id < 200 ORDER BY id")
+        expect_eq(rows, [(100, "plain", "1.50", None), (101, 'comma, and "quotes"', "2.00", "note"),
+                         (102, "multi\nline", "3.25", ""), (103, "ünïcødé €", "0.00", "\\N"),
+                         (104, "tab\there", "-7.10", "x")], "rows copied in, read directly upstream")
+        csv_out = os.path.join(env.base, "out.csv")
+        run_ok(env, relay, "\\copy (SELECT * FROM t_psql WHERE id >= 100 AND id < 200 ORDER BY id) TO '%s' WITH (FORMAT csv)\n" % csv_out)
+        with open(csv_out) as f:
+            got = f.read()
+        # Postgres quotes the empty string only (the CSV NULL is an unquoted empty field).
+        expect_eq(got, data, "COPY TO STDOUT (csv) through pgrelay")
+        # Binary COPY out: byte-identical to the same COPY run directly.
+        relayed_bin = os.path.join(env.base, "relayed.bin")
+        direct_bin = os.path.join(env.base, "direct.bin")
+        query = "\\copy (SELECT * FROM t_psql ORDER BY id) TO '%s' WITH (FORMAT binary)\n"
+        run_ok(env, relay, query % relayed_bin)
+        r = subprocess.run([os.path.join(PG_BIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+                            env.upstream_url()], input=query % direct_bin, capture_output=True, text=True)
+        expect(r.returncode == 0, "direct binary COPY: " + r.stderr)
+        with open(relayed_bin, "rb") as a, open(direct_bin, "rb") as b:
+            relayed, direct = a.read(), b.read()
+        expect(len(relayed) > 50 and relayed == direct, "binary COPY out through pgrelay equals direct",
+               got=len(relayed), expected=len(direct))
+        # Binary COPY in: reload the binary file into a copy of the table.
+        env.psql_admin("CREATE TABLE t_psql_copy (LIKE t_psql)")
+        out = run_ok(env, relay, "\\copy t_psql_copy FROM '%s' WITH (FORMAT binary)\n" % relayed_bin,
+                     args=["-v", "QUIET=off"])
+        n = env.direct_query("SELECT count(*) FROM t_psql")[0][0]
+        expect_eq(out.strip(), "COPY %d" % n, "binary COPY FROM STDIN through pgrelay")
+        same = env.direct_query("SELECT count(*) FROM (SELECT * FROM t_psql EXCEPT SELECT * FROM t_psql_copy) d")[0][0]
+        expect_eq(same, 0, "rows copied back in binary equal the originals")
+
+    def errors():
+        code, out, err = psql(env, relay, "SELECT 1/0;\n", verbose=True)
+        expect(code == 3 and "ERROR:  22012: division by zero" in err,
+               "division by zero with SQLSTATE 22012 and ON_ERROR_STOP exit 3", got=(code, err))
+        code, out, err = psql(env, relay, "INSERT INTO t_psql VALUES (1, 'dup', 0, NULL);\n", verbose=True)
+        expect(code == 3 and 'ERROR:  23505: duplicate key value violates unique constraint "t_psql_pkey"' in err
+               and "DETAIL:  Key (id)=(1) already exists." in err,
+               "unique violation with SQLSTATE 23505 and its DETAIL", got=(code, err))
+        # Without ON_ERROR_STOP the session continues after an error, also inside a transaction.
+        script = ("SELECT * FROM no_such_table;\nSELECT 'after error';\nBEGIN;\nSELECT 1/0;\nSELECT 1;\n"
+                  "ROLLBACK;\nSELECT 'recovered';\n")
+        code, out, err = psql(env, relay, script, stop_on_error=False, verbose=True)
+        expect("ERROR:  42P01: relation \"no_such_table\" does not exist" in err, "42P01 for a missing table", got=err)
+        expect("ERROR:  25P02: current transaction is aborted" in err, "25P02 inside an aborted transaction", got=err)
+        expect_eq(out.splitlines(), ["after error", "recovered"], "the session is usable after errors")
+
+    def virtual_settings():
+        out = run_ok(env, relay, None, args=["-c", "SHOW wal_level", "-c", "SELECT current_setting('wal_level')"])
+        expect_eq(out.splitlines(), ["logical", "logical"], "wal_level through pgrelay (virtual catalog)")
+        expect_eq(env.direct_query("SHOW wal_level")[0][0], "replica", "the upstream's own wal_level")
+
+    env.check("psql simple protocol", simple)
+    env.check("psql sees wal_level=logical (upstream has replica)", virtual_settings)
+    env.check("psql extended protocol (\\gdesc) and fastpath (\\lo_*)", extended)
+    env.check("psql multi-statement transaction", transaction)
+    env.check("psql \\copy in and out (csv and binary)", copy)
+    env.check("psql errors with SQLSTATE", errors)
+
+
+if __name__ == "__main__":
+    main("psql", body)
