@@ -127,12 +127,14 @@ class CatalogWorker {
         written_ = std::max(written_, generation);
         written_cv_.notify_all();
       }
-      wire::Lsn now = hub_.log().last_end_lsn();
-      if (now != head && catalog_->set_log_head(now).ok()) head = now;
-      // Slot positions and walsender progress move without a "changed" event; pick them up
-      // once a second (only rows that differ are written).
+      // The log head, slot positions and walsender progress move all the time; the mirror
+      // takes them once a second (only rows that differ are written), which keeps pgrelay's
+      // own writes to the upstream small. pg_current_wal_lsn() is at least the upstream's own
+      // position anyway, so a slightly old head never makes it go backwards.
       if (std::chrono::steady_clock::now() >= next_refresh) {
         next_refresh = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        wire::Lsn now = hub_.log().last_end_lsn();
+        if (now != head && catalog_->set_log_head(now).ok()) head = now;
         asio::post(io_, [this] { refresh(); });
       }
       // Short: flush() callers wait for the next turn of this loop. Requests are read when

@@ -12,6 +12,7 @@
 #include "base/result.h"
 #include "log/change_log.h"
 #include "log/slots.h"
+#include "server/entry_encoder.h"
 #include "upstream/upstream_config.h"
 
 namespace pgrelay::server {
@@ -67,6 +68,8 @@ class ReplicationHub {
   const upstream::UpstreamConfig& upstream() const { return upstream_; }
 
   int allocate_pid() { return next_pid_++; }
+  // Encoded entries shared by walsenders with the same view (executor thread only).
+  EncodedEntryCache& encoded_cache() { return encoded_cache_; }
 
   // Walsenders wait on their own timer; the hub cancels every registered timer when the log
   // grows, which wakes them. Call from the executor's thread.
@@ -111,6 +114,7 @@ class ReplicationHub {
   CaptureLink* capture_;
   upstream::UpstreamConfig upstream_;
   int next_pid_ = kFirstWalsenderPid;
+  EncodedEntryCache encoded_cache_{64u << 20};
   std::set<asio::steady_timer*> watchers_;
   struct Running {
     WalsenderInfo info;

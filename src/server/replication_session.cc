@@ -9,6 +9,8 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
+
 #include "server/blocking.h"
 #include "server/command_result.h"
 #include "server/publications.h"
@@ -49,7 +51,10 @@ class ReplicationSession {
   upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
                                           Bytes& out);
   upstream::awaitable<Status> drop_slot(const pgoutput::DropReplicationSlot& command, Bytes& out);
-  Status identify_system(Bytes& out);
+  upstream::awaitable<Status> identify_system(Bytes& out);
+  // Runs `sql` on the session's upstream backend without showing the client; returns the
+  // first value of the first row (nullopt when there is none).
+  upstream::awaitable<Result<std::optional<std::string>>> side_query(const std::string& sql);
   void cleanup();
 
   upstream::MessageStream& client_;
@@ -222,7 +227,7 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
   if (auto* drop = std::get_if<pgoutput::DropReplicationSlot>(&command.command)) {
     co_return co_await drop_slot(*drop, out);
   }
-  if (command.is<pgoutput::IdentifySystem>()) co_return identify_system(out);
+  if (command.is<pgoutput::IdentifySystem>()) co_return co_await identify_system(out);
   if (auto* show = std::get_if<pgoutput::Show>(&command.command)) {
     // The replication settings pgrelay owns; anything else is the upstream's.
     const auto& s = context_.settings;
@@ -265,14 +270,44 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
   co_return Error::make(sqlstate::kFeatureNotSupported, "unsupported replication command");
 }
 
-Status ReplicationSession::identify_system(Bytes& out) {
+upstream::awaitable<Result<std::optional<std::string>>> ReplicationSession::side_query(
+    const std::string& sql) {
+  Bytes query = wire::encode(wire::Query{sql});
+  PGRELAY_CO_TRY(co_await sql_->stream.write(query));
+  std::optional<Error> failed;
+  std::optional<std::string> value;
+  for (;;) {
+    auto frame = co_await sql_->stream.read_frame();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->tag == 'E') {
+      if (auto e = wire::parse_error_response(frame->body); e.ok()) failed = e->to_error();
+    } else if (frame->tag == 'D' && !value) {
+      auto row = wire::parse_data_row(frame->body);
+      if (row.ok() && !row->values.empty() && row->values[0]) {
+        value = std::string(row->values[0]->begin(), row->values[0]->end());
+      }
+    } else if (frame->tag == 'Z') {
+      break;
+    }
+  }
+  if (failed) co_return *failed;
+  co_return value;
+}
+
+upstream::awaitable<Status> ReplicationSession::identify_system(Bytes& out) {
+  // The log's head, or the upstream's WAL position when that is further (an empty log, or one
+  // idle since): LSNs clients get from the upstream compare correctly with it.
   Lsn head = hub_.log().last_end_lsn();
+  auto upstream_lsn = co_await side_query("SELECT pg_catalog.pg_current_wal_insert_lsn()");
+  if (upstream_lsn.ok() && *upstream_lsn) {
+    if (auto parsed = Lsn::parse(**upstream_lsn); parsed && *parsed > head) head = *parsed;
+  }
   append_result(out,
                 {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
                 {{std::to_string(hub_.log().system_id()), "1", head.to_string(),
                   std::string(startup_.database())}},
                 "IDENTIFY_SYSTEM");
-  return {};
+  co_return Status{};
 }
 
 upstream::awaitable<Status> ReplicationSession::create_slot(
@@ -345,18 +380,9 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   if (snapshot && command.snapshot == pgoutput::SnapshotAction::kUse) {
     // Make the session's open transaction see exactly the slot's starting point.
     // The result of the SET is not the client's to see: run it on the side.
-    Bytes import = wire::encode(wire::Query{"SET TRANSACTION SNAPSHOT '" + snapshot->name + "'"});
-    PGRELAY_CO_TRY(co_await sql_->stream.write(import));
-    std::optional<Error> failed;
-    for (;;) {
-      auto frame = co_await sql_->stream.read_frame();
-      if (!frame.ok()) co_return frame.error();
-      if (frame->tag == 'E') {
-        if (auto e = wire::parse_error_response(frame->body); e.ok()) failed = e->to_error();
-      }
-      if (frame->tag == 'Z') break;
-    }
-    if (failed) co_return *failed;
+    std::string import = "SET TRANSACTION SNAPSHOT '" + snapshot->name + "'";
+    auto imported = co_await side_query(import);
+    if (!imported.ok()) co_return imported.error();
   } else if (snapshot) {
     snapshot_name = snapshot->name;
     exported_snapshot_ = snapshot->holder;
@@ -446,6 +472,13 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.requested_start = command.start;
   params.options = *options;
   params.view = std::move(*view);
+  // Sessions naming the same publications with the same options see the same messages.
+  std::vector<std::string> names = options->publication_names;
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const auto& pub : names) params.view_key += pub + '\n';
+  params.view_key += options->messages ? "messages" : "no messages";
+  params.view_key += options->origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
+#include "server/entry_encoder.h"
 #include "server/command_result.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
@@ -39,15 +40,6 @@ void append_copy_data(Bytes& out, const Bytes& payload) {
   wire::CopyData data{payload};
   Bytes frame = wire::encode(data);
   out.insert(out.end(), frame.begin(), frame.end());
-}
-
-void append_xlog(Bytes& out, Lsn lsn, const pgoutput::Message& message) {
-  wire::XLogData x;
-  x.wal_start = lsn;
-  x.wal_end = lsn;
-  x.send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
-  x.data = pgoutput::encode(message);
-  append_copy_data(out, wire::encode(x));
 }
 
 void append_keepalive(Bytes& out, Lsn wal_end, bool reply_requested) {
@@ -110,61 +102,90 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
   state->wake.cancel();
 }
 
-// Sends one log entry through the session's view; `sent_relations` remembers what the
-// consumer already knows so a Relation goes out only when it is new or changed, as pgoutput
-// does with its per-session relation cache. Frames collect in `out`, which is written out
-// whenever it passes kWriteChunk, so a huge transaction never sits in memory whole.
-upstream::awaitable<Status> send_entry(
-    upstream::MessageStream& client, log::Cursor& cursor, const log::EntryMeta& meta,
-    log::ChangeView& view, std::unordered_map<pgoutput::Oid, pgoutput::Relation>& sent_relations,
-    Bytes& out) {
+// What one consumer already knows: pgoutput sends a Relation (with its Types) only when the
+// session has not sent that relation yet or it changed, and so do we.
+struct SessionRelations {
+  std::unordered_map<pgoutput::Oid, Bytes> sent;  // relation OID -> its Relation message
+  std::vector<EncodedMessage> pending_types;       // Types waiting for their Relation (rare)
+};
+
+void append_encoded(Bytes& out, const EncodedMessage& m, std::int64_t send_time) {
+  // CopyData('d', length) wrapping XLogData('w', start, end, time, payload).
+  std::size_t body = 1 + 8 + 8 + 8 + m.payload.size();
+  ByteWriter w;
+  w.u8('d');
+  w.u32(static_cast<std::uint32_t>(body + 4));
+  w.u8('w');
+  w.u64(m.lsn.value());
+  w.u64(m.lsn.value());
+  w.i64(send_time);
+  Bytes header = std::move(w).take();
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), m.payload.begin(), m.payload.end());
+}
+
+void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t send_time,
+          Bytes& out) {
+  if (m.tag == 'Y') {
+    relations.pending_types.push_back(m);
+    return;
+  }
+  if (m.tag == 'R') {
+    auto known = relations.sent.find(m.oid);
+    if (known != relations.sent.end() && known->second == m.payload) {
+      relations.pending_types.clear();
+      return;
+    }
+    relations.sent[m.oid] = m.payload;
+  }
+  for (const auto& type : relations.pending_types) append_encoded(out, type, send_time);
+  relations.pending_types.clear();
+  append_encoded(out, m, send_time);
+}
+
+// Sends one log entry: from the shared cache when another session (or this one) encoded it
+// through the same view, else encoded here and offered to the cache. Frames collect in `out`,
+// written whenever it passes kWriteChunk; an entry larger than kMaxCachedEntry is streamed
+// without being kept, so a huge transaction never sits in memory whole.
+constexpr std::size_t kMaxCachedEntry = 4u << 20;
+
+upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
+                                       const std::string& view_key, log::Cursor& cursor,
+                                       const log::EntryMeta& meta, log::ChangeView& view,
+                                       SessionRelations& relations, Bytes& out) {
+  std::int64_t send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  if (auto cached = hub.encoded_cache().find(view_key, meta.end_lsn)) {
+    for (const auto& m : cached->messages) {
+      emit(m, relations, send_time, out);
+      if (out.size() >= kWriteChunk) {
+        PGRELAY_CO_TRY(co_await client.write(out));
+        out.clear();
+      }
+    }
+    relations.pending_types.clear();
+    co_return Status{};
+  }
   view.start(meta);
-  log::ViewReader reader(view, cursor, meta);
-  bool transactional = meta.kind == log::EntryKind::kTransaction;
-  bool begun = false;
-  std::vector<log::Change> pending_types;
+  EntryEncoder encoder(view, cursor, meta);
+  auto built = std::make_shared<EncodedEntry>();
   for (;;) {
+    auto next = encoder.next();
+    if (!next.ok()) co_return next.error();
+    if (!next->has_value()) break;
+    EncodedMessage& m = **next;
+    emit(m, relations, send_time, out);
+    if (built) {
+      built->bytes += m.payload.size() + sizeof(EncodedMessage);
+      built->messages.push_back(std::move(m));
+      if (built->bytes > kMaxCachedEntry) built.reset();  // too large to keep: stream it
+    }
     if (out.size() >= kWriteChunk) {
       PGRELAY_CO_TRY(co_await client.write(out));
       out.clear();
     }
-    auto change = reader.next();
-    if (!change.ok()) co_return change.error();
-    if (!change->has_value()) break;
-    log::Change& c = **change;
-    if (transactional && !begun) {
-      append_xlog(out, meta.begin_lsn,
-                  pgoutput::Begin{meta.commit_lsn, meta.commit_time, meta.xid});
-      if (!meta.origin.empty()) {
-        append_xlog(out, meta.begin_lsn, pgoutput::Origin{meta.origin_lsn, meta.origin});
-      }
-      begun = true;
-    }
-    // Types travel with their Relation: both go out only when the consumer does not know the
-    // Relation yet (or it changed), as pgoutput's per-session cache decides.
-    if (std::holds_alternative<pgoutput::Type>(c.message)) {
-      pending_types.push_back(std::move(c));
-      continue;
-    }
-    if (auto* rel = std::get_if<pgoutput::Relation>(&c.message)) {
-      auto known = sent_relations.find(rel->oid);
-      if (known != sent_relations.end() && known->second == *rel) {
-        pending_types.clear();
-        continue;
-      }
-      sent_relations[rel->oid] = *rel;
-    }
-    for (auto& type : pending_types) append_xlog(out, type.lsn, log::to_message(std::move(type.message)));
-    pending_types.clear();
-    append_xlog(out, c.lsn, log::to_message(std::move(c.message)));
   }
-  if (transactional && reader.send_entry()) {
-    if (!begun) {
-      append_xlog(out, meta.begin_lsn,
-                  pgoutput::Begin{meta.commit_lsn, meta.commit_time, meta.xid});
-    }
-    append_xlog(out, meta.end_lsn, pgoutput::Commit{meta.commit_lsn, meta.end_lsn, meta.commit_time});
-  }
+  relations.pending_types.clear();
+  if (built) hub.encoded_cache().insert(view_key, meta.end_lsn, std::move(built));
   co_return Status{};
 }
 
@@ -204,7 +225,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
 
   log::ChangeView view(params.view);
-  std::unordered_map<pgoutput::Oid, pgoutput::Relation> sent_relations;
+  SessionRelations relations;
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
   Clock::time_point last_ping = Clock::time_point::min();
   std::optional<Clock::time_point> stop_deadline;
@@ -234,7 +255,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended = co_await send_entry(client, **cursor, m, view, sent_relations, out);
+      auto appended = co_await send_entry(client, hub, params.view_key, **cursor, m, view,
+                                          relations, out);
       if (!appended.ok()) {
         outcome = appended.error();
         break;

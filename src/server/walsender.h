@@ -16,6 +16,9 @@ struct WalsenderParams {
   Lsn requested_start;
   pgoutput::PgoutputOptions options;
   log::ViewOptions view;
+  // Identifies `view` among sessions (publications and options): sessions with equal keys
+  // share encoded entries.
+  std::string view_key;
   // Postgres's wal_sender_timeout: a consumer silent this long is disconnected; a keepalive
   // asking for a reply goes out at half of it. Zero disables both.
   std::chrono::milliseconds timeout{60000};

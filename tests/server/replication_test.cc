@@ -233,6 +233,36 @@ TEST_F(ReplicationTest, SlotWithExportedSnapshotAndStreaming) {
   (void)consistent;
 }
 
+TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
+  PGconn* a = replication_connection();
+  PGconn* b = replication_connection();
+  for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
+    std::string sql = std::string("CREATE_REPLICATION_SLOT \"") + name +
+                      "\" LOGICAL pgoutput (SNAPSHOT 'nothing')";
+    PGresult* res = PQexec(conn, sql.c_str());
+    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+    PQclear(res);
+  }
+  for (int i = 0; i < 5; ++i) append_insert(relay_->log(), 16384, "t1", 100 + i, 800 + i);
+  std::size_t hits_before = relay_->hub().encoded_cache().hits();
+  std::vector<Received> got;
+  for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
+    std::string sql = std::string("START_REPLICATION SLOT \"") + name +
+                      "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
+    PGresult* res = PQexec(conn, sql.c_str());
+    ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+    PQclear(res);
+    got.push_back(receive(conn, 5));
+  }
+  // Same messages for both; the second consumer was served from the first one's encoding.
+  ASSERT_FALSE(got[0].messages.empty());
+  EXPECT_EQ(got[0].messages, got[1].messages);
+  EXPECT_EQ(got[0].wal_starts, got[1].wal_starts);
+  EXPECT_GE(relay_->hub().encoded_cache().hits(), hits_before + 5);
+  PQfinish(a);
+  PQfinish(b);
+}
+
 TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
   PGconn* conn = replication_connection();
   PGresult* res = PQexec(conn, "CREATE_REPLICATION_SLOT \"s_bad\" LOGICAL pgoutput NOEXPORT_SNAPSHOT");

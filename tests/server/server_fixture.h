@@ -115,6 +115,7 @@ class RelayHarness {
 
   log::ChangeLog& log() { return *log_; }
   log::SlotRegistry& slots() { return *slots_; }
+  server::ReplicationHub& hub() { return *hub_; }
 
   int port() const { return port_; }
   std::string conninfo(const std::string& extra = {}) const {

@@ -1,0 +1,93 @@
+// The pgoutput messages one log entry yields through a view, built once and shared by every
+// walsender with the same view ("encode once, send many").
+#include "server/entry_encoder.h"
+
+#include "pgoutput/encoder.h"
+
+namespace pgrelay::server {
+
+EntryEncoder::EntryEncoder(log::ChangeView& view, log::Cursor& cursor, const log::EntryMeta& meta)
+    : meta_(meta),
+      reader_(view, cursor, meta),
+      transactional_(meta.kind == log::EntryKind::kTransaction) {}
+
+EncodedMessage EntryEncoder::make(Lsn lsn, pgoutput::Message message) const {
+  EncodedMessage out;
+  out.lsn = lsn;
+  if (auto* rel = std::get_if<pgoutput::Relation>(&message)) out.oid = rel->oid;
+  if (auto* type = std::get_if<pgoutput::Type>(&message)) out.oid = type->oid;
+  out.payload = pgoutput::encode(message);
+  out.tag = out.payload.empty() ? 0 : static_cast<char>(out.payload[0]);
+  return out;
+}
+
+Result<std::optional<EncodedMessage>> EntryEncoder::next() {
+  if (!queue_.empty()) {
+    EncodedMessage m = std::move(queue_.front());
+    queue_.erase(queue_.begin());
+    return std::optional<EncodedMessage>(std::move(m));
+  }
+  if (done_) return std::optional<EncodedMessage>();
+  auto change = reader_.next();
+  if (!change.ok()) return change.error();
+  if (change->has_value()) {
+    log::Change& c = **change;
+    EncodedMessage m = make(c.lsn, log::to_message(std::move(c.message)));
+    if (transactional_ && !begun_) {
+      begun_ = true;
+      queue_.push_back(std::move(m));
+      if (!meta_.origin.empty()) {
+        queue_.insert(queue_.begin(),
+                      make(meta_.begin_lsn, pgoutput::Origin{meta_.origin_lsn, meta_.origin}));
+      }
+      return std::optional<EncodedMessage>(
+          make(meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
+    }
+    return std::optional<EncodedMessage>(std::move(m));
+  }
+  done_ = true;
+  if (transactional_ && reader_.send_entry()) {
+    queue_.push_back(make(meta_.end_lsn, pgoutput::Commit{meta_.commit_lsn, meta_.end_lsn,
+                                                          meta_.commit_time}));
+    if (!begun_) {
+      begun_ = true;
+      return std::optional<EncodedMessage>(make(
+          meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
+    }
+    return next();
+  }
+  return std::optional<EncodedMessage>();
+}
+
+std::string EncodedEntryCache::key_of(const std::string& view_key, Lsn end_lsn) {
+  return view_key + '@' + std::to_string(end_lsn.value());
+}
+
+std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(const std::string& view_key,
+                                                            Lsn end_lsn) {
+  auto it = index_.find(key_of(view_key, end_lsn));
+  if (it == index_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->entry;
+}
+
+void EncodedEntryCache::insert(const std::string& view_key, Lsn end_lsn,
+                               std::shared_ptr<const EncodedEntry> entry) {
+  if (!entry || entry->bytes > capacity_) return;
+  std::string key = key_of(view_key, end_lsn);
+  if (index_.count(key)) return;
+  size_ += entry->bytes;
+  lru_.push_front(Node{key, std::move(entry)});
+  index_[key] = lru_.begin();
+  while (size_ > capacity_ && !lru_.empty()) {
+    size_ -= lru_.back().entry->bytes;
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+}
+
+}  // namespace pgrelay::server
