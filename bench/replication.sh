@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Replication benchmark: native PostgreSQL 15 walsender vs pgrelay on the same workload, one run.
+#
+# Usage: bench/replication.sh   (build first: cmake --preset release &&
+#          cmake --build build/release --target pgrelay bench_repl_consumer -j2)
+#
+# It starts a throw-away PG15 (wal_level=logical, fsync and synchronous_commit at defaults),
+# creates table bench and publication bench_pub, and measures native Postgres (consumers
+# connected to it) first, then starts `pgrelay serve` against the same cluster and measures
+# pgrelay (consumers connected to pgrelay, writes to the upstream). Native runs come first
+# because pgrelay's capture triggers, once installed, would also load native's writes.
+# Every run starts from TRUNCATE bench RESTART IDENTITY, so rows carry ids 1..N and the
+# consumer (bench_repl_consumer) checks every change exactly; any wrong data, stall, error or
+# crash fails the run loudly (exit 1) with the consumer's or server's symptom.
+#
+#  1. streaming to one consumer: catch-up (slot created, N transactions written, then the
+#     stream starts: changes/s from START_REPLICATION to the last change), live (consumer
+#     streaming while pgbench writes N_LIVE transactions unthrottled: changes/s first to last),
+#     and commit-to-receipt latency p50/p99 at LAT_RATE transactions/s (receipt time minus the
+#     row's clock_timestamp()).
+#  2. fan-out: FANOUT consumers on their own slots drain the same catch-up backlog of N
+#     transactions: aggregate changes/s, CPU seconds of pgrelay and of the upstream's process
+#     tree during the read.
+#  3. one table with pgrelay/native ratios and the issue's targets.
+#
+# Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
+# LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
+# CLIENTS (pgbench connections, default 4), PGRELAY, CONSUMER (binaries), OUT (results dir),
+# KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PGRELAY=${PGRELAY:-build/release/src/cli/pgrelay}
+CONSUMER=${CONSUMER:-build/release/bench/bench_repl_consumer}
+N=${N:-30000}
+N_LIVE=${N_LIVE:-20000}
+LAT_RATE=${LAT_RATE:-1000}
+LAT_SECONDS=${LAT_SECONDS:-30}
+FANOUT=${FANOUT:-"1 8 32"}
+CLIENTS=${CLIENTS:-4}
+KEEP_RUNNING=${KEEP_RUNNING:-0}
+BIN=/usr/lib/postgresql/15/bin
+PAYLOAD="payload-0123456789-0123456789-0123456789-0123456789-0123456789"
+for b in "$PGRELAY" "$CONSUMER"; do
+  [ -x "$b" ] || {
+    echo "missing $b: cmake --preset release && cmake --build build/release --target pgrelay bench_repl_consumer -j2" >&2
+    exit 1
+  }
+done
+PGRELAY=$(realpath "$PGRELAY")
+CONSUMER=$(realpath "$CONSUMER")
+max_fanout=0
+for m in $FANOUT; do [ "$m" -gt "$max_fanout" ] && max_fanout=$m; done
+SLOTS=$((max_fanout + 8))
+
+WORK=$(mktemp -d /tmp/pgrelay-repl-bench-XXXXXX)
+chmod 755 "$WORK"
+OUT=${OUT:-$WORK/results}
+mkdir -p "$OUT"
+PG_PORT=$((20000 + RANDOM % 10000))
+RELAY_PORT=$((PG_PORT + 1))
+AS=()
+if [ "$(id -u)" -eq 0 ]; then
+  chown postgres "$WORK"
+  AS=(runuser -u postgres --)
+fi
+RELAY_PID=""
+PG_PID=""
+CONSUMER_PID=""
+FAILED=0
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+cleanup() {
+  local rc=$?
+  if [ "$KEEP_RUNNING" = 1 ] && [ "$FAILED" = 0 ] && [ "$rc" = 0 ]; then
+    log "left running: Postgres 127.0.0.1:$PG_PORT (pid $PG_PID), pgrelay 127.0.0.1:$RELAY_PORT (pid $RELAY_PID)"
+    log "stop with: kill $RELAY_PID; ${AS[*]} $BIN/pg_ctl -D $WORK/pg -m fast stop"
+    return
+  fi
+  if [ -n "$RELAY_PID" ] && kill -0 "$RELAY_PID" 2>/dev/null; then
+    kill "$RELAY_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$RELAY_PID" 2>/dev/null && { log "pgrelay ignored SIGTERM for 5 s: SIGKILL"; kill -9 "$RELAY_PID" 2>/dev/null || true; }
+  fi
+  "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true
+  log "logs and results kept in $WORK"
+}
+trap cleanup EXIT
+
+# Fails the benchmark loudly: prints the symptom and the tails of the logs that explain it.
+die() {
+  FAILED=1
+  echo >&2
+  echo "BENCHMARK FAILED: $*" >&2
+  [ -n "$CONSUMER_PID" ] && kill "$CONSUMER_PID" 2>/dev/null
+  if [ -n "$RELAY_PID" ]; then
+    if ! kill -0 "$RELAY_PID" 2>/dev/null; then echo "pgrelay (pid $RELAY_PID) is not running any more" >&2; fi
+    echo "--- pgrelay stderr (tail) ---" >&2
+    tail -n 30 "$WORK/relay.err" >&2 || true
+  fi
+  echo "--- postgres log (tail) ---" >&2
+  tail -n 15 "$WORK/pg.log" >&2 || true
+  exit 1
+}
+
+log "work dir $WORK; loadavg $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+"${AS[@]}" "$BIN/initdb" -D "$WORK/pg" -U postgres -A trust >/dev/null
+"${AS[@]}" "$BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w -o "-p $PG_PORT -k $WORK \
+  -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_replication_slots=$SLOTS \
+  -c max_wal_senders=$SLOTS -c max_connections=$((SLOTS + 100))" start >/dev/null
+PG_PID=$(head -1 "$WORK/pg/postmaster.pid")
+export PGPASSWORD=bench PGCONNECT_TIMEOUT=10
+PG_CONN="host=127.0.0.1 port=$PG_PORT user=postgres dbname=bench password=bench"
+RELAY_CONN="host=127.0.0.1 port=$RELAY_PORT user=postgres dbname=bench password=bench"
+"$BIN/psql" -qX -h 127.0.0.1 -p "$PG_PORT" -U postgres -c "ALTER USER postgres PASSWORD 'bench'" \
+  -c "CREATE DATABASE bench" postgres
+pg() { timeout 120 "$BIN/psql" "$PG_CONN" -X -v ON_ERROR_STOP=1 -qAt "$@"; }
+pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
+                           ts_us bigint NOT NULL, payload text)" \
+   -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
+cat >"$WORK/insert.sql" <<EOF
+\set k random(1, 1000000)
+INSERT INTO bench (k, ts_us, payload) VALUES (:k, (extract(epoch from clock_timestamp()) * 1000000)::bigint, '$PAYLOAD');
+EOF
+PER_CLIENT=$(( (N + CLIENTS - 1) / CLIENTS ));            N=$((PER_CLIENT * CLIENTS))
+PER_CLIENT_LIVE=$(( (N_LIVE + CLIENTS - 1) / CLIENTS ));  N_LIVE=$((PER_CLIENT_LIVE * CLIENTS))
+LAT_N=$((LAT_RATE * LAT_SECONDS))
+PER_CLIENT_LAT=$(( (LAT_N + CLIENTS - 1) / CLIENTS ));    LAT_N=$((PER_CLIENT_LAT * CLIENTS))
+JOBS=$(( CLIENTS < 2 ? CLIENTS : 2 ))
+
+declare -A R  # results: R[system.metric]
+
+# Empties the table (ids restart at 1). With pgrelay running, also waits until capture has
+# moved every captured row into its log, so that new slots start after the TRUNCATE.
+reset_table() {
+  pg -c "TRUNCATE bench RESTART IDENTITY" -c "CHECKPOINT" >/dev/null || die "reset: upstream not answering"
+  [ -n "$RELAY_PID" ] && wait_captured
+  return 0
+}
+
+# Capture deletes rows from _pgrelay.changes only after appending them to the log durably.
+wait_captured() {
+  local deadline=$(( $(date +%s) + 120 )) left
+  while :; do
+    left=$(pg -c "SELECT count(*) FROM _pgrelay.changes") || die "upstream not answering"
+    [ "$left" = 0 ] && return 0
+    kill -0 "$RELAY_PID" 2>/dev/null || die "pgrelay exited while capturing"
+    [ "$(date +%s)" -lt "$deadline" ] || die "capture stalled: $left rows still in _pgrelay.changes after 120 s"
+    sleep 0.05
+  done
+}
+
+wait_file() {  # path pid timeout_s
+  local deadline=$(( $(date +%s) + $3 ))
+  while [ ! -e "$1" ]; do
+    kill -0 "$2" 2>/dev/null || return 1
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.02
+  done
+}
+
+# pgbench against the upstream; sets TPS (excluding connection time).
+write_load() {  # logfile per_client [extra pgbench args...]
+  local logf=$1 per=$2; shift 2
+  timeout 600 "$BIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -M simple -c "$CLIENTS" -j "$JOBS" \
+    -t "$per" "$@" -f "$WORK/insert.sql" bench >"$logf" 2>&1 || die "pgbench failed: $(tail -3 "$logf")"
+  TPS=$(awk '/^tps = / { printf "%.0f", $3; exit }' "$logf")
+}
+
+# Runs one measurement; stores the consumer's key=value figures in R[system.run.key].
+#   measure SYSTEM RUN MODE CONSUMERS EXPECT PER_CLIENT [pgbench args...]
+# MODE catchup: slots, then the backlog, then the streams start. MODE live: streams, then writes.
+measure() {
+  local sys=$1 run=$2 mode=$3 m=$4 expect=$5 per=$6; shift 6
+  local dir="$OUT/$sys.$run" conn cpu
+  mkdir -p "$dir"
+  reset_table
+  if [ "$sys" = native ]; then conn=$PG_CONN; cpu=(--cpu-pid "upstream=$PG_PID")
+  else conn=$RELAY_CONN; cpu=(--cpu-pid "upstream=$PG_PID" --cpu-pid "pgrelay=$RELAY_PID"); fi
+  local load; load=$(cut -d' ' -f1 /proc/loadavg)
+  local extra=()
+  [ "$mode" = catchup ] && extra=(--wait-file "$dir/go")
+  "$CONSUMER" --conninfo "$conn" --consumers "$m" --slot-prefix "bench_${run//[^a-z0-9]/_}" \
+    --publication bench_pub --expect "$expect" --ready-file "$dir/ready" "${extra[@]}" \
+    --payload "$PAYLOAD" "${cpu[@]}" --stall-seconds 60 --timeout-seconds 900 \
+    >"$dir/consumer.out" 2>"$dir/consumer.err" &
+  local cpid=$!
+  CONSUMER_PID=$cpid
+  wait_file "$dir/ready" "$cpid" 300 || { wait "$cpid" || true; die "$sys $run: consumer did not get ready: $(tail -3 "$dir/consumer.err")"; }
+  write_load "$dir/pgbench.log" "$per" "$@"
+  local tps=$TPS
+  R[$sys.$run.write_tps]=$tps
+  if [ "$mode" = catchup ]; then
+    [ "$sys" = pgrelay ] && wait_captured
+    touch "$dir/go"
+  fi
+  if ! wait "$cpid"; then
+    CONSUMER_PID=""
+    die "$sys $run ($m consumers): $(tail -5 "$dir/consumer.err")"
+  fi
+  CONSUMER_PID=""
+  if [ -n "$RELAY_PID" ] && ! kill -0 "$RELAY_PID" 2>/dev/null; then die "pgrelay exited during $run"; fi
+  R[$sys.$run.load]=$load
+  local kv
+  for kv in $(cat "$dir/consumer.out"); do R[$sys.$run.${kv%%=*}]=${kv#*=}; done
+  log "$sys $run: write ${tps} tps; $(cat "$dir/consumer.out") (load $load)"
+}
+
+run_system() {
+  local sys=$1 m
+  for m in $FANOUT; do measure "$sys" "fanout$m" catchup "$m" "$N" "$PER_CLIENT"; done
+  measure "$sys" live live 1 "$N_LIVE" "$PER_CLIENT_LIVE"
+  measure "$sys" latency live 1 "$LAT_N" "$PER_CLIENT_LAT" -R "$LAT_RATE"
+}
+
+log "native PostgreSQL (port $PG_PORT): N=$N N_LIVE=$N_LIVE latency ${LAT_N} tx at ${LAT_RATE}/s, fan-out $FANOUT"
+run_system native
+
+"$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
+  --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay" --no-tls \
+  --max-replication-slots "$SLOTS" >"$WORK/relay.out" 2>"$WORK/relay.err" &
+RELAY_PID=$!
+for _ in $(seq 300); do grep -q "pgrelay ready" "$WORK/relay.out" 2>/dev/null && break; kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
+grep -q "pgrelay ready" "$WORK/relay.out" || die "pgrelay serve did not become ready"
+log "pgrelay $("$PGRELAY" --version 2>/dev/null) ready on port $RELAY_PORT (pid $RELAY_PID)"
+run_system pgrelay
+
+# ---- the table ----
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
+row() {  # label native pgrelay [target]
+  printf "%-44s %12s %12s %8s  %s\n" "$1" "$2" "$3" "$(ratio "$3" "$2")" "${4:-}"
+}
+verdict() {  # expression over a, b (awk): PASS/FAIL
+  awk -v a="$2" -v b="$3" "BEGIN { print (($1) ? \"PASS\" : \"FAIL\") }"
+}
+v() { echo "${R[$1]:-?}"; }
+{
+  echo
+  echo "Replication benchmark, $(date -u +%FT%TZ), $(nproc) cores, loadavg at start of each run in $OUT"
+  echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
+  echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s"
+  echo
+  printf "%-44s %12s %12s %8s  %s\n" metric native pgrelay ratio "target"
+  row "catch-up changes/s, 1 consumer" "$(v native.fanout1.changes_per_s)" "$(v pgrelay.fanout1.changes_per_s)" \
+    ">= 1: $(verdict 'a >= b' "$(v pgrelay.fanout1.changes_per_s)" "$(v native.fanout1.changes_per_s)")"
+  row "live changes/s, 1 consumer (unthrottled)" "$(v native.live.live_changes_per_s)" "$(v pgrelay.live.live_changes_per_s)" \
+    ">= 1: $(verdict 'a >= b' "$(v pgrelay.live.live_changes_per_s)" "$(v native.live.live_changes_per_s)")"
+  row "  write TPS during the live run" "$(v native.live.write_tps)" "$(v pgrelay.live.write_tps)"
+  row "  latency p50 ms (unthrottled)" "$(v native.live.lat_p50_ms)" "$(v pgrelay.live.lat_p50_ms)"
+  row "  latency p99 ms (unthrottled)" "$(v native.live.lat_p99_ms)" "$(v pgrelay.live.lat_p99_ms)"
+  row "latency p50 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p50_ms)" "$(v pgrelay.latency.lat_p50_ms)"
+  row "latency p99 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p99_ms)" "$(v pgrelay.latency.lat_p99_ms)" \
+    "<= 2: $(verdict 'a <= 2 * b' "$(v pgrelay.latency.lat_p99_ms)" "$(v native.latency.lat_p99_ms)")"
+  row "latency max ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_max_ms)" "$(v pgrelay.latency.lat_max_ms)"
+  row "  write TPS achieved (target ${LAT_RATE})" "$(v native.latency.write_tps)" "$(v pgrelay.latency.write_tps)"
+  for m in $FANOUT; do
+    target=""
+    [ "$m" = 32 ] && target=">= 10: $(verdict 'a >= 10 * b' "$(v pgrelay.fanout$m.changes_per_s)" "$(v native.fanout$m.changes_per_s)")"
+    row "fan-out $m: aggregate changes/s" "$(v native.fanout$m.changes_per_s)" "$(v pgrelay.fanout$m.changes_per_s)" "$target"
+    row "fan-out $m: seconds to drain" "$(v native.fanout$m.start_to_last_s)" "$(v pgrelay.fanout$m.start_to_last_s)"
+    row "fan-out $m: upstream CPU s during read" "$(v native.fanout$m.cpu_upstream_s)" "$(v pgrelay.fanout$m.cpu_upstream_s)"
+    row "fan-out $m: pgrelay CPU s during read" "-" "$(v pgrelay.fanout$m.cpu_pgrelay_s)"
+    row "fan-out $m: consumer CPU s" "$(v native.fanout$m.consumer_cpu_s)" "$(v pgrelay.fanout$m.consumer_cpu_s)"
+    row "fan-out $m: backlog write TPS" "$(v native.fanout$m.write_tps)" "$(v pgrelay.fanout$m.write_tps)"
+  done
+  first=${FANOUT%% *}
+  echo
+  echo "upstream CPU with pgrelay, $max_fanout vs $first consumer(s): $(v pgrelay.fanout$max_fanout.cpu_upstream_s) s vs $(v pgrelay.fanout$first.cpu_upstream_s) s" \
+    "(native: $(v native.fanout$max_fanout.cpu_upstream_s) s vs $(v native.fanout$first.cpu_upstream_s) s)"
+  echo "loadavg (1 min) at the start of each run:" \
+    "$(for k in "${!R[@]}"; do [[ $k == *.load ]] && echo "${k%.load}=${R[$k]}"; done | sort | tr '\n' ' ')"
+} | tee "$OUT/summary.txt"
