@@ -14,6 +14,11 @@ PGRELAY_TEST_PACKAGES=(
   postgresql-15 postgresql-client-15
   python3-psycopg2
 )
+# The end-to-end tests install postgres.js and zero-cache with npm; a machine that already has
+# Node (e.g. from NodeSource, which bundles npm) keeps it, otherwise Debian's npm brings both.
+if ! command -v npm >/dev/null 2>&1; then
+  PGRELAY_TEST_PACKAGES+=(npm)
+fi
 
 pgrelay_missing_packages() {
   local missing=()
