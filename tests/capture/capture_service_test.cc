@@ -101,6 +101,8 @@ class CaptureServiceTest : public ::testing::Test {
   static void SetUpTestSuite() {
     test::PgServerOptions options;
     options.settings["wal_level"] = "replica";
+    // NOTIFY wake-ups are only used where transactions cannot be prepared.
+    options.settings["max_prepared_transactions"] = "0";
     server_ = new PgServer(options);
   }
   static void TearDownTestSuite() {
@@ -317,6 +319,8 @@ TEST_F(CaptureServiceTest, OneNotificationPerWritingTransaction) {
   install_tables({"note_t"});
   PgConnection listener(server_->conninfo());
   listener.exec("LISTEN _pgrelay");
+  // Raised by an idle capture service; no service runs here.
+  server_->exec("UPDATE _pgrelay.wakeup SET armed = true");
   server_->exec(
       "BEGIN; INSERT INTO note_t SELECT generate_series(1, 200); UPDATE note_t SET id = id + 1000; "
       "SELECT _pgrelay.emit_message(true, 'p', 'c'); COMMIT");
@@ -386,6 +390,38 @@ TEST_F(CaptureServiceTest, ServiceWakesOnNotifySyncsAndReconnects) {
   service_->stop();
   service_->stop();  // idempotent
   EXPECT_FALSE(service_->sync().ok());
+}
+
+TEST(CaptureServicePreparedTest, WherePrepareIsPossibleTriggersNeverNotify) {
+  PgServer server;  // max_prepared_transactions = 10
+  server.exec("CREATE TABLE p2 (id int PRIMARY KEY)");
+  char tmpl[] = "/tmp/pgrelay-capture-2pc-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  log::LogOptions log_options;
+  log_options.dir = dir + "/log";
+  log_options.sync = log::SyncPolicy::kNone;
+  auto log = log::ChangeLog::open(log_options);
+  ASSERT_TRUE(log.ok());
+  CaptureServiceOptions o;
+  o.poller.conninfo = server.conninfo();
+  o.poller.spill_dir = dir;
+  o.install.tables.push_back({"public", "p2"});
+  o.min_poll = 10ms;
+  o.max_poll = 2s;
+  auto svc = CaptureService::start(o, **log);
+  ASSERT_TRUE(svc.ok()) << svc.error().to_string();
+  std::this_thread::sleep_for(500ms);  // idle long enough that it would have armed NOTIFY
+  EXPECT_EQ(server.scalar("SELECT armed FROM _pgrelay.wakeup"), "f");
+  // A prepared transaction on a captured table works, and is captured once committed.
+  PgConnection a(server.conninfo());
+  a.exec("BEGIN; INSERT INTO p2 VALUES (1); PREPARE TRANSACTION 'p2_gid'");
+  a.exec("COMMIT PREPARED 'p2_gid'");
+  auto synced = (*svc)->sync();
+  ASSERT_TRUE(synced.ok()) << synced.error().to_string();
+  EXPECT_EQ((*svc)->stats().transactions, 1u);
+  (*svc)->stop();
+  std::filesystem::remove_all(dir);
 }
 
 // Restarts the server the way an operator would (pg_ctl restart -m fast).

@@ -493,6 +493,34 @@ TEST_F(TriggerCaptureTest, EarlySequenceLateCommitIsCapturedOnceInOrder) {
   EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
 }
 
+TEST_F(TriggerCaptureTest, PreparedTransactionsAppearWhenCommittedAndNeverWhenRolledBack) {
+  create_table("pt", "(id int PRIMARY KEY, v text)");
+  install_tables({"pt"});
+  start_poller();
+  PgConnection a(server_->conninfo());
+  // Prepared before a poll, committed after it: not in the first poll, once in a later one.
+  a.exec("BEGIN; INSERT INTO pt VALUES (1, 'prepared'); PREPARE TRANSACTION 'pgrelay_2pc_a'");
+  a.exec("BEGIN; INSERT INTO pt VALUES (2, 'prepared, rolled back'); "
+         "PREPARE TRANSACTION 'pgrelay_2pc_b'");
+  a.exec("INSERT INTO pt VALUES (3, 'plain')");
+  EXPECT_EQ(poll().transactions, 1u);
+  a.exec("COMMIT PREPARED 'pgrelay_2pc_a'");
+  a.exec("ROLLBACK PREPARED 'pgrelay_2pc_b'");
+  EXPECT_EQ(poll().transactions, 1u);
+  EXPECT_EQ(poll().transactions, 0u);
+
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 2u);
+  std::vector<std::string> ids;
+  for (const auto& t : log) {
+    for (const auto& c : data_changes(t)) {
+      ids.push_back(*texts(std::get<pgoutput::Insert>(c).new_tuple)[0]);
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"3", "1"}));
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+}
+
 TEST_F(TriggerCaptureTest, NonSuperuserOwnerInstallsAndCaptures) {
   server_->create_role("cap_owner", std::nullopt);
   server_->create_role("cap_writer", std::nullopt);

@@ -74,8 +74,18 @@ Status CaptureService::connect() {
   auto channel = (*listener)->ident(options_.poller.schema);
   if (!channel.ok()) return channel.error();
   PGRELAY_TRY((*listener)->run("LISTEN " + *channel));
+  // A transaction that ran NOTIFY cannot be prepared (0A000), so where the upstream allows
+  // prepared transactions the triggers must never notify: the service then never raises the
+  // wakeup flag (lowering it if an earlier run left it up) and polls instead.
+  auto prepared = (*listener)->exec(
+      "SELECT pg_catalog.current_setting('max_prepared_transactions')::int > 0");
+  if (!prepared.ok()) return prepared.error();
+  notify_allowed_ = prepared->value(0, 0) != "t";
   poller_ = std::move(*poller);
   listener_ = std::move(*listener);
+  if (!notify_allowed_ && !set_armed(false)) {
+    return Error::make("08006", "could not lower the capture's wakeup flag");
+  }
   return {};
 }
 
@@ -224,10 +234,14 @@ void CaptureService::run() {
       interval = options_.min_poll;
       if (armed_ != false) set_armed(false);
     } else {
-      interval = std::min(interval * 2, options_.max_poll);
+      // Without notifications an idle service must look more often to keep latency down.
+      const auto idle_cap = notify_allowed_
+                                ? options_.max_poll
+                                : std::min(options_.max_poll, std::chrono::milliseconds(100));
+      interval = std::min(interval * 2, idle_cap);
       const auto arm_after = std::min(
           std::max(options_.min_poll * 4, std::chrono::milliseconds(40)), options_.max_poll);
-      if (interval >= arm_after && armed_ != true) {
+      if (notify_allowed_ && interval >= arm_after && armed_ != true) {
         // Writers that committed since the last poll saw the flag down and sent nothing.
         if (set_armed(true)) continue;
       }

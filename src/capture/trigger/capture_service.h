@@ -1,5 +1,10 @@
 // Runs trigger capture continuously: a thread that polls on NOTIFY or a fallback interval.
 //
+// NOTIFY is only used where the upstream cannot prepare transactions
+// (max_prepared_transactions = 0): a transaction that ran NOTIFY cannot be prepared, so with
+// two-phase commit possible the service never arms the triggers' notification and polls at
+// most 100 ms apart when idle.
+//
 // The capture thread owns two upstream connections: the poller's, and one that LISTENs on the
 // channel the triggers notify (the install schema's name). It polls when notified, and
 // otherwise on an adaptive interval: min_poll right after a poll that found something, doubling
@@ -112,6 +117,7 @@ class CaptureService {
   log::ChangeLog& log_;
   std::unique_ptr<TriggerPoller> poller_;
   std::unique_ptr<PgSession> listener_;
+  bool notify_allowed_ = true;  // false where prepared transactions are possible (see connect)
   std::optional<bool> armed_;   // the wakeup flag as last set; unknown after (re)connecting
   int wake_fds_[2] = {-1, -1};  // self-pipe: wake(), stop() and tasks write a byte
   std::thread thread_;

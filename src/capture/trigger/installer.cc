@@ -701,11 +701,12 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   // Without a key, a FOR ALL TABLES publication would make DELETE FROM sources fail.
   PGRELAY_TRY(s.run("ALTER TABLE " + n.sources + " REPLICA IDENTITY FULL"));
   // armed: the capture service is idle and waits for a NOTIFY. While it polls anyway, writers
-  // skip pg_notify, whose commit-time lock would serialize their commits.
+  // skip pg_notify, whose commit-time lock would serialize their commits. Only the service
+  // raises it, and never where transactions can be prepared (NOTIFY forbids PREPARE).
   PGRELAY_TRY(s.run("CREATE UNLOGGED TABLE IF NOT EXISTS " + n.wakeup +
-                    " (armed bool NOT NULL DEFAULT true)"));
+                    " (armed bool NOT NULL DEFAULT false)"));
   PGRELAY_TRY(s.run("INSERT INTO " + n.wakeup +
-                    " (armed) SELECT true WHERE NOT EXISTS (SELECT "
+                    " (armed) SELECT false WHERE NOT EXISTS (SELECT "
                     "FROM " +
                     n.wakeup + ")"));
   PGRELAY_TRY(s.run(functions_sql(n)));
