@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
       "line; a non-transactional message is one \"message\" line. Values are Postgres's text\n"
       "output; NULL is null; an unchanged TOASTed value is {\"unchanged_toast\": true}.\n"
       "Safe to run while pgrelay serve uses the same directory.");
-  dump_cmd->add_option("--data-dir,-D", dump_options.data_dir,
-                       "Data directory of pgrelay (its change log is DIR/log)")
+  dump_cmd
+      ->add_option("--data-dir,-D", dump_options.data_dir,
+                   "Data directory of pgrelay (its change log is DIR/log)")
       ->capture_default_str();
   auto* from = dump_cmd->add_option(
       "--from", dump_options.from_lsn,
@@ -49,10 +50,12 @@ int main(int argc, char** argv) {
   pgrelay::cli::LogStatOptions stat_options;
   stat_options.data_dir = "./pgrelay-data";
   CLI::App* stat_cmd = log_cmd->add_subcommand(
-      "stat", "Print the change log's statistics: segments, size, oldest and newest LSN, and "
-              "each replication slot's position and lag in bytes and seconds.");
-  stat_cmd->add_option("--data-dir,-D", stat_options.data_dir,
-                       "Data directory of pgrelay (its change log is DIR/log)")
+      "stat",
+      "Print the change log's statistics: segments, size, oldest and newest LSN, and "
+      "each replication slot's position and lag in bytes and seconds.");
+  stat_cmd
+      ->add_option("--data-dir,-D", stat_options.data_dir,
+                   "Data directory of pgrelay (its change log is DIR/log)")
       ->capture_default_str();
   stat_cmd->add_flag("--json", stat_options.json, "Print one JSON object instead of text");
 
@@ -72,11 +75,13 @@ int main(int argc, char** argv) {
       ->required();
   serve_cmd->add_option("--listen,-l", serve_options.listen, "Address and port to listen on")
       ->capture_default_str();
-  serve_cmd->add_option("--data-dir,-D", serve_options.data_dir,
-                        "Where pgrelay keeps its change log, slots and TLS files")
+  serve_cmd
+      ->add_option("--data-dir,-D", serve_options.data_dir,
+                   "Where pgrelay keeps its change log, slots and TLS files")
       ->capture_default_str();
-  serve_cmd->add_option("--schema", serve_options.schema,
-                        "Upstream schema for pgrelay's capture tables, triggers and catalog views")
+  serve_cmd
+      ->add_option("--schema", serve_options.schema,
+                   "Upstream schema for pgrelay's capture tables, triggers and catalog views")
       ->capture_default_str();
   serve_cmd->add_option("--tls-cert", serve_options.tls_cert,
                         "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a "
@@ -91,17 +96,18 @@ int main(int argc, char** argv) {
       ->add_option("--max-replication-slots", serve_options.max_replication_slots,
                    "Slots pgrelay keeps at most")
       ->capture_default_str();
-  serve_cmd
-      ->add_option("--auth", serve_options.auth_rules,
-                   "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
-                   "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
-                   "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
-                   "has no password, and no access from elsewhere).");
+  serve_cmd->add_option(
+      "--auth", serve_options.auth_rules,
+      "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
+      "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
+      "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
+      "has no password, and no access from elsewhere).");
 
-  serve_cmd->add_option("--users", serve_options.users_file,
-                        "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
-                        "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
-                        "Without it, clients log in with the upstream URL's user and password.");
+  serve_cmd->add_option(
+      "--users", serve_options.users_file,
+      "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
+      "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
+      "Without it, clients log in with the upstream URL's user and password.");
 
   std::string md5_user;
   CLI::App* hash_cmd = app.add_subcommand(

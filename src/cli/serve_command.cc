@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "cli/capture_link.h"
@@ -222,7 +222,8 @@ class CatalogWorker {
       row.flush_lsn = w.flush;
       row.replay_lsn = w.replay;
       row.slot_name = w.slot;
-      walsender_key += std::to_string(w.pid) + w.state + w.sent.to_string() + w.flush.to_string() + ';';
+      walsender_key +=
+          std::to_string(w.pid) + w.state + w.sent.to_string() + w.flush.to_string() + ';';
       rows.push_back(std::move(row));
     }
     if (walsender_key != mirrored_walsenders_ && catalog_->set_walsenders(rows).ok()) {
@@ -292,15 +293,18 @@ Result<std::vector<server::User>> read_users_file(const std::string& path) {
     std::string flag, extra;
     if (!(fields >> user.name)) continue;
     fields >> user.secret >> flag >> extra;
-    bool secret_ok = user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
+    bool secret_ok =
+        user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
     if (user.secret.empty() || !secret_ok || (!flag.empty() && flag != "replication") ||
         !extra.empty()) {
-      return Error::make(sqlstate::kInvalidParameterValue,
-                         path + ":" + std::to_string(number) + ": expected NAME SECRET [replication]",
-                         "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
-                         "`pgrelay hash-password`. Passwords never appear in this file.");
+      return Error::make(
+          sqlstate::kInvalidParameterValue,
+          path + ":" + std::to_string(number) + ": expected NAME SECRET [replication]",
+          "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
+          "`pgrelay hash-password`. Passwords never appear in this file.");
     }
-    if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 && !wire::ScramVerifier::parse(user.secret).ok()) {
+    if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 &&
+        !wire::ScramVerifier::parse(user.secret).ok()) {
       return Error::make(sqlstate::kInvalidParameterValue,
                          path + ":" + std::to_string(number) + ": invalid SCRAM secret");
     }
@@ -346,9 +350,8 @@ int run_serve(const ServeOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
-    print_error(Error::make(sqlstate::kIoError,
-                            "could not create data directory \"" + options.data_dir +
-                                "\": " + ec.message()));
+    print_error(Error::make(sqlstate::kIoError, "could not create data directory \"" +
+                                                    options.data_dir + "\": " + ec.message()));
     return 1;
   }
 
@@ -413,16 +416,17 @@ int run_serve(const ServeOptions& options) {
   if (upstream->password.empty() && options.users_file.empty()) {
     context.auth.default_method = server::AuthMethod::kReject;
     for (const char* loopback : {"127.0.0.0/8", "::1/128"}) {
-      context.auth.rules.push_back({*server::parse_auth_network(loopback), server::AuthMethod::kTrust});
+      context.auth.rules.push_back(
+          {*server::parse_auth_network(loopback), server::AuthMethod::kTrust});
     }
   }
   for (const auto& rule : options.auth_rules) {
     auto eq = rule.find('=');
     auto network = server::parse_auth_network(rule.substr(0, eq));
     auto method = eq == std::string::npos
-                      ? Result<server::AuthMethod>(Error::make(sqlstate::kInvalidParameterValue,
-                                                               "invalid --auth rule \"" + rule + "\"",
-                                                               "Use ADDRESS/PREFIX=METHOD."))
+                      ? Result<server::AuthMethod>(Error::make(
+                            sqlstate::kInvalidParameterValue,
+                            "invalid --auth rule \"" + rule + "\"", "Use ADDRESS/PREFIX=METHOD."))
                       : server::parse_auth_method(rule.substr(eq + 1));
     if (!network.ok() || !method.ok()) {
       print_error(!network.ok() ? network.error() : method.error());
@@ -438,8 +442,10 @@ int run_serve(const ServeOptions& options) {
 
   std::unique_ptr<asio::ssl::context> server_tls;
   if (!options.no_tls) {
-    std::string cert = options.tls_cert.empty() ? options.data_dir + "/tls/server.crt" : options.tls_cert;
-    std::string key = options.tls_key.empty() ? options.data_dir + "/tls/server.key" : options.tls_key;
+    std::string cert =
+        options.tls_cert.empty() ? options.data_dir + "/tls/server.crt" : options.tls_cert;
+    std::string key =
+        options.tls_key.empty() ? options.data_dir + "/tls/server.key" : options.tls_key;
     if (options.tls_cert.empty()) {
       auto generated = server::ensure_self_signed_certificate(cert, key, "pgrelay");
       if (!generated.ok()) {
@@ -522,7 +528,8 @@ int run_serve(const ServeOptions& options) {
     wait_for_sessions();
   });
 
-  std::string host = listen->first == "0.0.0.0" || listen->first == "::" ? "127.0.0.1" : listen->first;
+  std::string host =
+      listen->first == "0.0.0.0" || listen->first == "::" ? "127.0.0.1" : listen->first;
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
   std::string url = "postgres://" + url_encode(upstream->user);
   if (!upstream->password.empty()) url += ":" + url_encode(upstream->password);

@@ -40,8 +40,8 @@ upstream::awaitable<Result<Bytes>> read_password_packet(upstream::MessageStream&
 }
 
 upstream::awaitable<Status> scram_exchange(upstream::MessageStream& stream,
-                                           const wire::StartupMessage& startup,
-                                           const User* user, const AuthConfig& config) {
+                                           const wire::StartupMessage& startup, const User* user,
+                                           const AuthConfig& config) {
   auto binding = stream.transport().channel_binding(true);
   std::vector<std::string> mechanisms;
   for (auto m : wire::scram_mechanisms(binding.has_value())) mechanisms.emplace_back(m);
@@ -178,8 +178,7 @@ Result<asio::ip::network_v6> parse_auth_network(std::string_view text) {
   auto address = asio::ip::make_address(address_text, ec);
   int max_prefix = !ec && address.is_v4() ? 32 : 128;
   if (ec || prefix == -2 || prefix > max_prefix) {
-    return Error::make(sqlstate::kInvalidParameterValue,
-                       "invalid address range \"" + spec + "\"",
+    return Error::make(sqlstate::kInvalidParameterValue, "invalid address range \"" + spec + "\"",
                        "Use an address with a prefix length, e.g. 10.0.0.0/8 or ::1/128, or all.");
   }
   if (prefix < 0) prefix = max_prefix;

@@ -5,7 +5,9 @@
 
 namespace pgrelay::server {
 namespace {
-void append(Bytes& out, const Bytes& message) { out.insert(out.end(), message.begin(), message.end()); }
+void append(Bytes& out, const Bytes& message) {
+  out.insert(out.end(), message.begin(), message.end());
+}
 }  // namespace
 
 void append_result(Bytes& out, const std::vector<ResultColumn>& columns,

@@ -47,12 +47,12 @@ Result<std::optional<EncodedMessage>> EntryEncoder::next() {
   }
   done_ = true;
   if (transactional_ && reader_.send_entry()) {
-    queue_.push_back(make(meta_.end_lsn, pgoutput::Commit{meta_.commit_lsn, meta_.end_lsn,
-                                                          meta_.commit_time}));
+    queue_.push_back(
+        make(meta_.end_lsn, pgoutput::Commit{meta_.commit_lsn, meta_.end_lsn, meta_.commit_time}));
     if (!begun_) {
       begun_ = true;
-      return std::optional<EncodedMessage>(make(
-          meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
+      return std::optional<EncodedMessage>(
+          make(meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
     }
     return next();
   }

@@ -18,10 +18,10 @@ namespace pgrelay::server {
 using wire::Lsn;
 
 struct EncodedMessage {
-  Lsn lsn;                  // XLogData start (and end) for this message
-  char tag = 0;             // pgoutput message type: 'B', 'R', 'Y', 'I', 'C', ...
-  pgoutput::Oid oid = 0;    // for 'R' and 'Y': the relation or type described
-  Bytes payload;            // the pgoutput message
+  Lsn lsn;                // XLogData start (and end) for this message
+  char tag = 0;           // pgoutput message type: 'B', 'R', 'Y', 'I', 'C', ...
+  pgoutput::Oid oid = 0;  // for 'R' and 'Y': the relation or type described
+  Bytes payload;          // the pgoutput message
 };
 
 struct EncodedEntry {

@@ -91,9 +91,9 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
 upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
                                            const wire::StartupMessage& startup,
                                            ServerContext& context) {
-  auto link = co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
-                                                  upstream_parameters(startup),
-                                                  context.upstream_tls);
+  auto link =
+      co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
+                                          upstream_parameters(startup), context.upstream_tls);
   if (!link.ok()) {
     Bytes out;
     out = wire::encode(wire::make_error_response(link.error(), wire::Severity::kFatal));

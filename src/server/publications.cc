@@ -29,9 +29,9 @@ Result<ResultPtr> query(PGconn* conn, const char* sql, const std::string& param)
   ResultPtr res(PQexecParams(conn, sql, 1, nullptr, values, nullptr, nullptr, 0), &PQclear);
   if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
     const char* state = res ? PQresultErrorField(res.get(), PG_DIAG_SQLSTATE) : nullptr;
-    return Error::make(state ? state : "08006",
-                       std::string("could not read publications from the upstream: ") +
-                           PQerrorMessage(conn));
+    return Error::make(
+        state ? state : "08006",
+        std::string("could not read publications from the upstream: ") + PQerrorMessage(conn));
   }
   return res;
 }

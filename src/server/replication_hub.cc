@@ -4,8 +4,8 @@
 namespace pgrelay::server {
 
 ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking,
-                               log::ChangeLog& log, log::SlotRegistry& slots,
-                               CaptureLink* capture, upstream::UpstreamConfig upstream)
+                               log::ChangeLog& log, log::SlotRegistry& slots, CaptureLink* capture,
+                               upstream::UpstreamConfig upstream)
     : executor_(std::move(executor)),
       blocking_(blocking),
       log_(log),
@@ -21,7 +21,9 @@ ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool
   });
 }
 
-ReplicationHub::~ReplicationHub() { alive_.reset(); }
+ReplicationHub::~ReplicationHub() {
+  alive_.reset();
+}
 
 void ReplicationHub::wake_all() {
   for (auto* timer : watchers_) timer->cancel();

@@ -22,8 +22,8 @@ using wire::Lsn;
 // A snapshot exported by an upstream transaction that stays open while `holder` lives.
 struct ExportedSnapshot {
   std::shared_ptr<void> holder;
-  std::string name;        // for SET TRANSACTION SNAPSHOT
-  Lsn consistent_point;    // everything the snapshot sees is at or before it in the log
+  std::string name;      // for SET TRANSACTION SNAPSHOT
+  Lsn consistent_point;  // everything the snapshot sees is at or before it in the log
 };
 
 // The capture as replication sessions see it; the command line wires the real one in.
@@ -44,7 +44,7 @@ struct WalsenderInfo {
   std::string application_name;
   std::string client_addr;
   std::int64_t backend_start = 0;  // µs since 2000-01-01
-  std::string state = "startup";  // startup, catchup, streaming, stopping
+  std::string state = "startup";   // startup, catchup, streaming, stopping
   Lsn sent, write, flush, replay;
   std::int64_t reply_time = 0;
 };
@@ -55,8 +55,7 @@ inline constexpr int kFirstWalsenderPid = 1 << 30;
 class ReplicationHub {
  public:
   ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking, log::ChangeLog& log,
-                 log::SlotRegistry& slots, CaptureLink* capture,
-                 upstream::UpstreamConfig upstream);
+                 log::SlotRegistry& slots, CaptureLink* capture, upstream::UpstreamConfig upstream);
   ~ReplicationHub();
   ReplicationHub(const ReplicationHub&) = delete;
   ReplicationHub& operator=(const ReplicationHub&) = delete;

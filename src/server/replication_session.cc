@@ -182,7 +182,7 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
 }
 
 upstream::awaitable<Status> ReplicationSession::relay_sql(const std::string& sql,
-                                                        bool include_ready) {
+                                                          bool include_ready) {
   std::string text = sql;
   if (context_.rewrite) {
     if (auto rewritten = context_.rewrite(sql)) text = *rewritten;
@@ -259,8 +259,9 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
     co_return Status{};
   }
   if (command.is<pgoutput::TimelineHistory>()) {
-    co_return Error::make("58P01", "could not open file \"pg_wal/00000001.history\": No such file or directory",
-                          "pgrelay's timeline is always 1 and has no history.");
+    co_return Error::make(
+        "58P01", "could not open file \"pg_wal/00000001.history\": No such file or directory",
+        "pgrelay's timeline is always 1 and has no history.");
   }
   if (command.is<pgoutput::AlterReplicationSlot>()) {
     co_return Error::make(sqlstate::kSyntaxError,
@@ -302,8 +303,7 @@ upstream::awaitable<Status> ReplicationSession::identify_system(Bytes& out) {
   if (upstream_lsn.ok() && *upstream_lsn) {
     if (auto parsed = Lsn::parse(**upstream_lsn); parsed && *parsed > head) head = *parsed;
   }
-  append_result(out,
-                {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
+  append_result(out, {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
                 {{std::to_string(hub_.log().system_id()), "1", head.to_string(),
                   std::string(startup_.database())}},
                 "IDENTIFY_SYSTEM");
@@ -318,10 +318,9 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
                           "Create a LOGICAL slot with the pgoutput plugin.");
   }
   if (command.plugin != "pgoutput") {
-    co_return Error::make("58P01",
-                          "could not access file \"" + command.plugin +
-                              "\": No such file or directory",
-                          "pgrelay provides the pgoutput plugin only.");
+    co_return Error::make(
+        "58P01", "could not access file \"" + command.plugin + "\": No such file or directory",
+        "pgrelay provides the pgoutput plugin only.");
   }
   PGRELAY_CO_TRY(log::validate_slot_name(command.slot_name));
   if (hub_.slots().get(command.slot_name)) {
@@ -366,8 +365,7 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   slot.two_phase = command.two_phase;
   slot.confirmed_flush = consistent_point;
   slot.restart_lsn = consistent_point;
-  auto created = co_await run_blocking(hub_.blocking(),
-                                       [&] { return hub_.slots().create(slot); });
+  auto created = co_await run_blocking(hub_.blocking(), [&] { return hub_.slots().create(slot); });
   if (!created.ok()) co_return created.error();
   if (command.temporary) temporary_slots_.push_back(command.slot_name);
   hub_.changed();
@@ -400,9 +398,9 @@ upstream::awaitable<Status> ReplicationSession::drop_slot(
     if (!slot) co_return Error::make(sqlstate::kUndefinedObject, slot_not_found(command.slot_name));
     if (slot->active_pid != 0 && slot->active_pid != pid_) {
       if (!command.wait) {
-        co_return Error::make(sqlstate::kObjectInUse,
-                              "replication slot \"" + command.slot_name +
-                                  "\" is active for PID " + std::to_string(slot->active_pid));
+        co_return Error::make(sqlstate::kObjectInUse, "replication slot \"" + command.slot_name +
+                                                          "\" is active for PID " +
+                                                          std::to_string(slot->active_pid));
       }
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(100));
       co_await timer.async_wait(upstream::kAsTuple);
@@ -411,8 +409,8 @@ upstream::awaitable<Status> ReplicationSession::drop_slot(
     break;
   }
   (void)hub_.slots().release(command.slot_name);
-  auto dropped = co_await run_blocking(hub_.blocking(),
-                                       [&] { return hub_.slots().drop(command.slot_name); });
+  auto dropped =
+      co_await run_blocking(hub_.blocking(), [&] { return hub_.slots().drop(command.slot_name); });
   if (!dropped.ok()) co_return dropped.error();
   std::erase(temporary_slots_, command.slot_name);
   hub_.changed();
@@ -478,7 +476,8 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   names.erase(std::unique(names.begin(), names.end()), names.end());
   for (const auto& pub : names) params.view_key += pub + '\n';
   params.view_key += options->messages ? "messages" : "no messages";
-  params.view_key += options->origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
+  params.view_key +=
+      options->origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;

@@ -21,9 +21,9 @@ Result<upstream::tcp::endpoint> Server::listen(const std::string& host, int port
   std::error_code ec;
   auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
   if (ec) {
-    return Error::make(sqlstate::kInvalidParameterValue,
-                       "invalid listen address \"" + host + "\"",
-                       "Give an IP address, e.g. --listen 127.0.0.1:5433 or --listen 0.0.0.0:5433.");
+    return Error::make(
+        sqlstate::kInvalidParameterValue, "invalid listen address \"" + host + "\"",
+        "Give an IP address, e.g. --listen 127.0.0.1:5433 or --listen 0.0.0.0:5433.");
   }
   upstream::tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   auto acceptor = std::make_unique<upstream::tcp::acceptor>(io_);
@@ -32,11 +32,10 @@ Result<upstream::tcp::endpoint> Server::listen(const std::string& host, int port
   if (!ec) acceptor->bind(endpoint, ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return Error::make("08006",
-                       "could not listen on " + host + ":" + std::to_string(port) + ": " +
-                           ec.message(),
-                       "Is another server (or pgrelay) using that port? Choose another with "
-                       "--listen HOST:PORT.");
+    return Error::make(
+        "08006", "could not listen on " + host + ":" + std::to_string(port) + ": " + ec.message(),
+        "Is another server (or pgrelay) using that port? Choose another with "
+        "--listen HOST:PORT.");
   }
   auto bound = acceptor->local_endpoint(ec);
   acceptors_.push_back(std::move(acceptor));
@@ -156,9 +155,9 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
   }
   if (*mode == wire::ReplicationMode::kPhysical) {
     {
-      const Error fatal = Error::make(sqlstate::kFeatureNotSupported,
-                                    "pgrelay does not serve physical replication",
-                                    "Connect with replication=database for logical replication.");
+      const Error fatal =
+          Error::make(sqlstate::kFeatureNotSupported, "pgrelay does not serve physical replication",
+                      "Connect with replication=database for logical replication.");
       co_await send_fatal(stream, fatal);
     }
     co_return;
@@ -172,9 +171,10 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
   if (*mode == wire::ReplicationMode::kLogical) {
     if (!(*user)->replication) {
       {
-        const Error fatal = Error::make(sqlstate::kInsufficientPrivilege,
-                              "must be superuser or replication role to start walsender",
-                              "Give the user the replication right in pgrelay's user list.");
+        const Error fatal =
+            Error::make(sqlstate::kInsufficientPrivilege,
+                        "must be superuser or replication role to start walsender",
+                        "Give the user the replication right in pgrelay's user list.");
         co_await send_fatal(stream, fatal);
       }
       co_return;
@@ -182,7 +182,7 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
     if (!context_.hub) {
       {
         const Error fatal = Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                                              "this pgrelay serves no replication");
+                                        "this pgrelay serves no replication");
         co_await send_fatal(stream, fatal);
       }
       co_return;

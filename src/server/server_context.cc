@@ -8,7 +8,8 @@ namespace pgrelay::server {
 wire::BackendKeyData CancelRegistry::issue(int pid, std::optional<wire::BackendKeyData> upstream) {
   std::int32_t secret = 0;
   if (auto bytes = wire::random_bytes(4); bytes.ok()) {
-    for (auto b : *bytes) secret = static_cast<std::int32_t>((static_cast<std::uint32_t>(secret) << 8) | b);
+    for (auto b : *bytes)
+      secret = static_cast<std::int32_t>((static_cast<std::uint32_t>(secret) << 8) | b);
   }
   std::lock_guard lock(mu_);
   keys_[{pid, secret}] = upstream;

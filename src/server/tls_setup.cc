@@ -2,11 +2,11 @@
 // client context for upstream connections per sslmode.
 #include "server/tls_setup.h"
 
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -58,8 +58,8 @@ Status ensure_self_signed_certificate(const std::string& cert_path, const std::s
   int fd = ::open(key_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) return Error::make(sqlstate::kIoError, "could not create " + key_path);
   std::unique_ptr<FILE, FileCloser> key_file(fdopen(fd, "w"));
-  if (!key_file || !PEM_write_PrivateKey(key_file.get(), key.get(), nullptr, nullptr, 0, nullptr,
-                                         nullptr)) {
+  if (!key_file ||
+      !PEM_write_PrivateKey(key_file.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr)) {
     return tls_error("could not write " + key_path);
   }
   std::unique_ptr<FILE, FileCloser> cert_file(std::fopen(cert_path.c_str(), "w"));

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
-#include "server/entry_encoder.h"
 #include "server/command_result.h"
+#include "server/entry_encoder.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
 
@@ -106,7 +106,7 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
 // session has not sent that relation yet or it changed, and so do we.
 struct SessionRelations {
   std::unordered_map<pgoutput::Oid, Bytes> sent;  // relation OID -> its Relation message
-  std::vector<EncodedMessage> pending_types;       // Types waiting for their Relation (rare)
+  std::vector<EncodedMessage> pending_types;      // Types waiting for their Relation (rare)
 };
 
 void append_encoded(Bytes& out, const EncodedMessage& m, std::int64_t send_time) {
@@ -255,8 +255,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended = co_await send_entry(client, hub, params.view_key, **cursor, m, view,
-                                          relations, out);
+      auto appended =
+          co_await send_entry(client, hub, params.view_key, **cursor, m, view, relations, out);
       if (!appended.ok()) {
         outcome = appended.error();
         break;
@@ -316,8 +316,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     }
     // Sleep until the log grows, the consumer speaks, or a keepalive falls due.
     auto deadline = params.timeout.count() > 0
-                        ? state->last_reply + (last_ping < state->last_reply ? params.timeout / 2
-                                                                              : params.timeout)
+                        ? state->last_reply +
+                              (last_ping < state->last_reply ? params.timeout / 2 : params.timeout)
                         : now + std::chrono::hours(1);
     state->wake.expires_at(std::max(deadline, now + std::chrono::milliseconds(1)));
     co_await state->wake.async_wait(upstream::kAsTuple);

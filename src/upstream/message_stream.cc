@@ -8,7 +8,8 @@ Bytes encode_frame(char tag, ByteView body) {
   out.reserve(body.size() + 5);
   out.push_back(static_cast<std::uint8_t>(tag));
   auto length = static_cast<std::uint32_t>(body.size() + 4);
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(length >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<std::uint8_t>(length >> shift));
   out.insert(out.end(), body.begin(), body.end());
   return out;
 }

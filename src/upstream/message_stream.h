@@ -15,8 +15,7 @@ Bytes encode_frame(char tag, ByteView body);
 
 class MessageStream {
  public:
-  MessageStream(Transport transport, wire::FrameReader::Phase phase,
-                wire::FrameLimits limits = {})
+  MessageStream(Transport transport, wire::FrameReader::Phase phase, wire::FrameLimits limits = {})
       : transport_(std::move(transport)), reader_(phase, limits) {}
 
   // The next whole frame. An Error on EOF, a network failure, or a malformed frame.

@@ -37,7 +37,8 @@ class Transport {
   // Replaces the TCP stream by TLS over it and runs the handshake. `verify_host` (client side,
   // verify-full) checks the certificate names that host. 08006 when the handshake fails, or
   // 0A000 for a Unix socket.
-  awaitable<Status> start_tls(asio::ssl::context& context, asio::ssl::stream_base::handshake_type role,
+  awaitable<Status> start_tls(asio::ssl::context& context,
+                              asio::ssl::stream_base::handshake_type role,
                               const std::string& verify_host = {});
   bool is_tls() const { return std::holds_alternative<std::unique_ptr<TlsStream>>(stream_); }
   // tls-server-end-point channel binding data (RFC 5929): the hash of our certificate on the

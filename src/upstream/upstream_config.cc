@@ -37,12 +37,18 @@ Result<SslMode> parse_sslmode(std::string_view text) {
 
 std::string_view to_string(SslMode mode) {
   switch (mode) {
-    case SslMode::kDisable: return "disable";
-    case SslMode::kAllow: return "allow";
-    case SslMode::kPrefer: return "prefer";
-    case SslMode::kRequire: return "require";
-    case SslMode::kVerifyCa: return "verify-ca";
-    case SslMode::kVerifyFull: return "verify-full";
+    case SslMode::kDisable:
+      return "disable";
+    case SslMode::kAllow:
+      return "allow";
+    case SslMode::kPrefer:
+      return "prefer";
+    case SslMode::kRequire:
+      return "require";
+    case SslMode::kVerifyCa:
+      return "verify-ca";
+    case SslMode::kVerifyFull:
+      return "verify-full";
   }
   return "prefer";
 }
@@ -62,7 +68,7 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
   }
   // Fill libpq's defaults (environment, local user) for what the string leaves out.
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> defaults(PQconndefaults(),
-                                                                       &PQconninfoFree);
+                                                                        &PQconninfoFree);
   auto lookup = [](const PQconninfoOption* list, std::string_view key) -> std::string {
     for (const PQconninfoOption* o = list; o && o->keyword; ++o) {
       if (key == o->keyword && o->val) return o->val;
@@ -80,8 +86,7 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
   if (config.host.empty()) config.host = value("hostaddr");
   if (config.host.empty()) config.host = "/var/run/postgresql";
   if (config.host.find(',') != std::string::npos) {
-    return Error::make(sqlstate::kFeatureNotSupported,
-                       "multiple upstream hosts are not supported",
+    return Error::make(sqlstate::kFeatureNotSupported, "multiple upstream hosts are not supported",
                        "Give pgrelay the address of the primary only.");
   }
   std::string port = value("port");
@@ -89,8 +94,8 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
     int p = 0;
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
     if (ec != std::errc() || end != port.data() + port.size() || p <= 0 || p > 65535) {
-      return Error::make(sqlstate::kInvalidParameterValue,
-                         "invalid port number: \"" + port + "\"", "Use a port from 1 to 65535.");
+      return Error::make(sqlstate::kInvalidParameterValue, "invalid port number: \"" + port + "\"",
+                         "Use a port from 1 to 65535.");
     }
     config.port = p;
   }
@@ -109,8 +114,8 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
 }
 
 std::string UpstreamConfig::conninfo(std::string_view database) const {
-  std::string out = "host=" + quote_conninfo_value(host) +
-                    " port=" + std::to_string(port) + " dbname=" + quote_conninfo_value(database) +
+  std::string out = "host=" + quote_conninfo_value(host) + " port=" + std::to_string(port) +
+                    " dbname=" + quote_conninfo_value(database) +
                     " user=" + quote_conninfo_value(user) +
                     " sslmode=" + std::string(to_string(sslmode));
   if (!password.empty()) out += " password=" + quote_conninfo_value(password);

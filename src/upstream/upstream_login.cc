@@ -10,11 +10,11 @@ namespace pgrelay::upstream {
 namespace {
 
 Error upstream_unreachable(const UpstreamConfig& config, std::string_view why) {
-  return Error::make("08006",
-                     "could not connect to the upstream at " + config.describe() + ": " +
-                         std::string(why),
-                     "Check that the upstream server is running and that the --upstream URL "
-                     "names the right host and port.");
+  return Error::make(
+      "08006",
+      "could not connect to the upstream at " + config.describe() + ": " + std::string(why),
+      "Check that the upstream server is running and that the --upstream URL "
+      "names the right host and port.");
 }
 
 awaitable<Result<Transport>> open_transport(const UpstreamConfig& config) {
@@ -64,8 +64,9 @@ awaitable<Status> negotiate_tls(const UpstreamConfig& config, Transport& transpo
   }
   if (answer == 'N') {
     if (required) {
-      co_return Error::make("08006", "the upstream does not support TLS, but sslmode=" +
-                                         std::string(to_string(config.sslmode)) + " requires it",
+      co_return Error::make("08006",
+                            "the upstream does not support TLS, but sslmode=" +
+                                std::string(to_string(config.sslmode)) + " requires it",
                             "Enable ssl on the upstream, or use sslmode=prefer in the URL.");
     }
     co_return Status{};
@@ -75,11 +76,11 @@ awaitable<Status> negotiate_tls(const UpstreamConfig& config, Transport& transpo
 }
 
 Error no_password(const UpstreamConfig& config) {
-  return Error::make(sqlstate::kInvalidPassword,
-                     "the upstream asks for a password for user \"" + config.user +
-                         "\", but none was given",
-                     "Put the password in the upstream URL (postgres://user:password@host/db) "
-                     "or in PGPASSWORD.");
+  return Error::make(
+      sqlstate::kInvalidPassword,
+      "the upstream asks for a password for user \"" + config.user + "\", but none was given",
+      "Put the password in the upstream URL (postgres://user:password@host/db) "
+      "or in PGPASSWORD.");
 }
 
 }  // namespace
@@ -99,9 +100,8 @@ awaitable<Result<UpstreamLink>> connect_upstream(
     if (name == "user" || name == "database") continue;
     startup.parameters.emplace_back(std::move(name), std::move(value));
   }
-  UpstreamLink link{MessageStream(std::move(*transport), wire::FrameReader::Phase::kRegular),
-                    {},
-                    {}};
+  UpstreamLink link{
+      MessageStream(std::move(*transport), wire::FrameReader::Phase::kRegular), {}, {}};
   Bytes startup_packet = wire::encode(startup);
   PGRELAY_CO_TRY(co_await link.stream.write(startup_packet));
 
@@ -151,8 +151,8 @@ awaitable<Result<UpstreamLink>> connect_upstream(
           PGRELAY_CO_TRY(co_await link.stream.write(message));
         } else if (auto* cont = std::get_if<wire::AuthenticationSASLContinue>(&*auth)) {
           if (!scram) co_return Error::protocol("unexpected SASLContinue from the upstream");
-          auto final_message = scram->handle_server_first(
-              std::string_view(reinterpret_cast<const char*>(cont->data.data()), cont->data.size()));
+          auto final_message = scram->handle_server_first(std::string_view(
+              reinterpret_cast<const char*>(cont->data.data()), cont->data.size()));
           if (!final_message.ok()) co_return final_message.error();
           Bytes message =
               wire::encode(wire::SASLResponse{Bytes(final_message->begin(), final_message->end())});

@@ -1,9 +1,9 @@
 // Pass-through sessions through pgrelay to a real PostgreSQL 15: protocols, COPY, NOTIFY,
 // errors, authentication, TLS, cancellation, and abuse of the startup path.
-#include <libpq-fe.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -155,16 +155,18 @@ TEST_F(PassThroughTest, WrongPasswordIsRefusedWith28P01) {
                          " dbname=postgres user=app password=wrong";
   PGconn* conn = PQconnectdb(conninfo.c_str());
   EXPECT_EQ(PQstatus(conn), CONNECTION_BAD);
-  EXPECT_NE(std::string(PQerrorMessage(conn)).find("password authentication failed for user \"app\""),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(PQerrorMessage(conn)).find("password authentication failed for user \"app\""),
+      std::string::npos)
       << PQerrorMessage(conn);
   PQfinish(conn);
   // An unknown user gets the same answer (no user enumeration).
   conninfo = "host=127.0.0.1 port=" + std::to_string(relay_->port()) +
              " dbname=postgres user=nobody password=x";
   conn = PQconnectdb(conninfo.c_str());
-  EXPECT_NE(std::string(PQerrorMessage(conn)).find("password authentication failed for user \"nobody\""),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(PQerrorMessage(conn)).find("password authentication failed for user \"nobody\""),
+      std::string::npos);
   PQfinish(conn);
 }
 

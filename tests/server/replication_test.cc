@@ -60,9 +60,10 @@ class ReplicationTest : public ::testing::Test {
   static void SetUpTestSuite() {
     pg_ = new PgServer(replica_options());
     relay_ = new RelayHarness(*pg_, RelayOptions{false, true});
-    pg_->exec("CREATE TABLE t1 (id int primary key, note text); CREATE TABLE t2 (id int primary "
-              "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app; "
-              "CREATE PUBLICATION pub_rowfilter FOR TABLE t2 WHERE (id > 10)");
+    pg_->exec(
+        "CREATE TABLE t1 (id int primary key, note text); CREATE TABLE t2 (id int primary "
+        "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app; "
+        "CREATE PUBLICATION pub_rowfilter FOR TABLE t2 WHERE (id > 10)");
   }
   static void TearDownTestSuite() {
     delete relay_;
@@ -85,7 +86,8 @@ struct Received {
   std::vector<pgoutput::Message> messages;
   std::vector<Lsn> wal_starts;
 };
-Received receive(PGconn* conn, int commits, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+Received receive(PGconn* conn, int commits,
+                 std::chrono::seconds timeout = std::chrono::seconds(10)) {
   Received out;
   pgoutput::Decoder decoder(pgoutput::DecoderOptions{1, false});
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -265,7 +267,8 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
 
 TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
   PGconn* conn = replication_connection();
-  PGresult* res = PQexec(conn, "CREATE_REPLICATION_SLOT \"s_bad\" LOGICAL pgoutput NOEXPORT_SNAPSHOT");
+  PGresult* res =
+      PQexec(conn, "CREATE_REPLICATION_SLOT \"s_bad\" LOGICAL pgoutput NOEXPORT_SNAPSHOT");
   ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
   EXPECT_TRUE(PQgetisnull(res, 0, 2));
   PQclear(res);
@@ -286,7 +289,9 @@ TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
     EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), c.sqlstate) << c.options;
     PQclear(res);
   }
-  res = PQexec(conn, "START_REPLICATION SLOT \"nosuchslot\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')");
+  res = PQexec(conn,
+               "START_REPLICATION SLOT \"nosuchslot\" LOGICAL 0/0 (proto_version '1', "
+               "publication_names 'pub1')");
   EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42704");
   PQclear(res);
   res = PQexec(conn, "DROP_REPLICATION_SLOT \"s_bad\"");
@@ -304,8 +309,8 @@ TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
 
 TEST_F(ReplicationTest, TemporarySlotDiesWithItsSession) {
   PGconn* conn = replication_connection();
-  PGresult* res =
-      PQexec(conn, "CREATE_REPLICATION_SLOT \"s_temp\" TEMPORARY LOGICAL pgoutput (SNAPSHOT 'nothing')");
+  PGresult* res = PQexec(
+      conn, "CREATE_REPLICATION_SLOT \"s_temp\" TEMPORARY LOGICAL pgoutput (SNAPSHOT 'nothing')");
   ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
   PQclear(res);
   EXPECT_TRUE(relay_->slots().get("s_temp").has_value());

@@ -7,9 +7,9 @@
 #include <memory>
 #include <thread>
 
-#include "pg_server.h"
 #include "log/change_log.h"
 #include "log/slots.h"
+#include "pg_server.h"
 #include "server/replication_hub.h"
 #include "server/server.h"
 #include "server/tls_setup.h"
@@ -59,16 +59,17 @@ class RelayHarness {
     pg_.create_role("app", std::string("app-pw"), "CREATEDB");
     pg_.add_hba_lines({"host all app 127.0.0.1/32 scram-sha-256"});
     pg_.exec("GRANT ALL ON DATABASE postgres TO app; GRANT ALL ON SCHEMA public TO app");
-    auto upstream = upstream::UpstreamConfig::parse("postgresql://app:app-pw@127.0.0.1:" +
-                                                    std::to_string(pg_.port()) +
-                                                    "/postgres?sslmode=disable");
+    auto upstream = upstream::UpstreamConfig::parse(
+        "postgresql://app:app-pw@127.0.0.1:" + std::to_string(pg_.port()) +
+        "/postgres?sslmode=disable");
     if (!upstream.ok()) throw PgError(upstream.error().message);
     context_.upstream = *upstream;
     auto verifier = wire::ScramVerifier::from_password(options.client_password);
     context_.auth.users.push_back({"app", verifier->to_string(), true});
     context_.auth.mock_secret = Bytes(32, 7);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("pgrelay-server-test-" + std::to_string(::getpid()) + "-" + std::to_string(port_seq()++));
+    dir_ =
+        std::filesystem::temp_directory_path() /
+        ("pgrelay-server-test-" + std::to_string(::getpid()) + "-" + std::to_string(port_seq()++));
     std::filesystem::create_directories(dir_);
     if (options.replication) {
       log::LogOptions log_options;
