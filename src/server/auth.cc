@@ -95,6 +95,17 @@ upstream::awaitable<Status> scram_exchange(upstream::MessageStream& stream,
   co_return Status{};
 }
 
+// Sends `request` (an MD5 or cleartext password request) and returns the client's answer.
+upstream::awaitable<Result<std::string>> ask_password(upstream::MessageStream& stream,
+                                                      const Bytes& request) {
+  PGRELAY_CO_TRY(co_await stream.write(request));
+  auto packet = co_await read_password_packet(stream);
+  if (!packet.ok()) co_return packet.error();
+  auto response = wire::parse_password_message(*packet);
+  if (!response.ok()) co_return response.error();
+  co_return std::move(response->password);
+}
+
 upstream::awaitable<Status> md5_exchange(upstream::MessageStream& stream,
                                          const wire::StartupMessage& startup, const User* user) {
   auto salt_bytes = wire::random_bytes(4);
@@ -102,26 +113,20 @@ upstream::awaitable<Status> md5_exchange(upstream::MessageStream& stream,
   wire::Md5Salt salt{};
   std::copy(salt_bytes->begin(), salt_bytes->end(), salt.begin());
   Bytes request = wire::encode(wire::AuthenticationMD5Password{salt});
-  PGRELAY_CO_TRY(co_await stream.write(request));
-  auto packet = co_await read_password_packet(stream);
-  if (!packet.ok()) co_return packet.error();
-  auto response = wire::parse_password_message(*packet);
-  if (!response.ok()) co_return response.error();
+  auto password = co_await ask_password(stream, request);
+  if (!password.ok()) co_return password.error();
   if (!user || user->secret.empty()) co_return wire::password_auth_failed(startup.user());
-  co_return wire::md5_verify_response(startup.user(), user->secret, response->password, salt);
+  co_return wire::md5_verify_response(startup.user(), user->secret, *password, salt);
 }
 
 upstream::awaitable<Status> password_exchange(upstream::MessageStream& stream,
                                               const wire::StartupMessage& startup,
                                               const User* user) {
   Bytes request = wire::encode(wire::AuthenticationCleartextPassword{});
-  PGRELAY_CO_TRY(co_await stream.write(request));
-  auto packet = co_await read_password_packet(stream);
-  if (!packet.ok()) co_return packet.error();
-  auto response = wire::parse_password_message(*packet);
-  if (!response.ok()) co_return response.error();
+  auto password = co_await ask_password(stream, request);
+  if (!password.ok()) co_return password.error();
   if (!user || user->secret.empty()) co_return wire::password_auth_failed(startup.user());
-  co_return wire::plain_password_verify(startup.user(), user->secret, response->password);
+  co_return wire::plain_password_verify(startup.user(), user->secret, *password);
 }
 
 }  // namespace

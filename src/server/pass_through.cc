@@ -8,6 +8,7 @@
 #include <asio/experimental/awaitable_operators.hpp>
 
 #include "server/command_result.h"
+#include "server/session_start.h"
 #include "upstream/upstream_login.h"
 #include "wire/frontend_messages.h"
 
@@ -17,17 +18,6 @@ namespace {
 using namespace asio::experimental::awaitable_operators;
 
 constexpr std::size_t kBatchBytes = 64 * 1024;
-
-// Startup parameters passed on to the upstream: everything but what pgrelay decides itself.
-std::vector<std::pair<std::string, std::string>> upstream_parameters(
-    const wire::StartupMessage& startup) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [name, value] : startup.parameters) {
-    if (name == "user" || name == "database" || name == "replication") continue;
-    out.emplace_back(name, value);
-  }
-  return out;
-}
 
 upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
                                                   upstream::Transport& to) {
@@ -100,17 +90,10 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
     (void)co_await client.write(out);
     co_return;
   }
-  Bytes hello;
-  for (const auto& [name, value] : link->parameters) {
-    Bytes status = wire::encode(wire::ParameterStatus{name, value});
-    hello.insert(hello.end(), status.begin(), status.end());
-  }
   // The client gets the upstream backend's real pid (pg_backend_pid() agrees) and a secret of
   // ours, so a CancelRequest must come through pgrelay, which knows the upstream's secret.
   wire::BackendKeyData key = context.cancels.issue(link->key.pid, link->key);
-  Bytes key_message = wire::encode(key);
-  hello.insert(hello.end(), key_message.begin(), key_message.end());
-  append_ready(hello);
+  Bytes hello = session_hello(link->parameters, key);
   Bytes early = link->stream.reader().take_buffered();  // sent by the upstream after login
   hello.insert(hello.end(), early.begin(), early.end());
   if ((co_await client.write(hello)).ok()) {

@@ -14,6 +14,7 @@
 #include "server/blocking.h"
 #include "server/command_result.h"
 #include "server/publications.h"
+#include "server/session_start.h"
 #include "server/walsender.h"
 #include "upstream/upstream_login.h"
 #include "wire/frontend_messages.h"
@@ -71,12 +72,7 @@ class ReplicationSession {
 
 upstream::awaitable<void> ReplicationSession::run() {
   // The SQL backend first: it proves the database exists and gives real ParameterStatus values.
-  std::vector<std::pair<std::string, std::string>> parameters;
-  for (const auto& [name, value] : startup_.parameters) {
-    if (name != "user" && name != "database" && name != "replication") {
-      parameters.emplace_back(name, value);
-    }
-  }
+  StartupParameters parameters = upstream_parameters(startup_);
   auto link = co_await upstream::connect_upstream(
       context_.upstream, std::string(startup_.database()), parameters, context_.upstream_tls);
   if (!link.ok()) {
@@ -85,15 +81,8 @@ upstream::awaitable<void> ReplicationSession::run() {
     co_return;
   }
   sql_.emplace(std::move(*link));
-  Bytes hello;
-  for (const auto& [name, value] : sql_->parameters) {
-    Bytes status = wire::encode(wire::ParameterStatus{name, value});
-    hello.insert(hello.end(), status.begin(), status.end());
-  }
   wire::BackendKeyData key = context_.cancels.issue(pid_, std::nullopt);
-  Bytes key_message = wire::encode(key);
-  hello.insert(hello.end(), key_message.begin(), key_message.end());
-  append_ready(hello);
+  Bytes hello = session_hello(sql_->parameters, key);
   if ((co_await client_.write(hello)).ok()) {
     auto outcome = co_await command_loop();
     if (!outcome.ok()) {

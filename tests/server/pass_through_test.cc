@@ -268,3 +268,27 @@ TEST(PassThroughTls, TlsConnectionsWork) {
 
 }  // namespace
 }  // namespace pgrelay::test
+
+namespace pgrelay::test {
+namespace {
+
+TEST(PassThroughAuth, CleartextPasswordMethodChecksThePassword) {
+  PgServer pg(replica_options());
+  RelayHarness relay(pg);
+  // Set before any client connects, so the io thread is not reading the rules meanwhile.
+  relay.context().auth.rules.push_back(
+      {*server::parse_auth_network("127.0.0.1/32"), server::AuthMethod::kPassword});
+  PgConnection conn(relay.conninfo());
+  EXPECT_EQ(conn.scalar("SELECT 'cleartext ok'"), "cleartext ok");
+  std::string wrong = "host=127.0.0.1 port=" + std::to_string(relay.port()) +
+                      " dbname=postgres user=app password=wrong";
+  PGconn* bad = PQconnectdb(wrong.c_str());
+  EXPECT_EQ(PQstatus(bad), CONNECTION_BAD);
+  EXPECT_NE(std::string(PQerrorMessage(bad)).find("password authentication failed"),
+            std::string::npos)
+      << PQerrorMessage(bad);
+  PQfinish(bad);
+}
+
+}  // namespace
+}  // namespace pgrelay::test
