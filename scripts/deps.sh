@@ -7,6 +7,8 @@ PGRELAY_BUILD_PACKAGES=(
   libssl-dev libpq-dev libcli11-dev libidn-dev libicu-dev nlohmann-json3-dev
   libasio-dev libpg-query-dev libprotobuf-c-dev
 )
+# The server programs pgrelay's private PostgreSQL (the default, without --upstream) runs.
+PGRELAY_RUN_PACKAGES=(postgresql-15)
 # Additional packages to build and run every test, fuzzer and benchmark.
 PGRELAY_TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev

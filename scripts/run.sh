@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-pgrelay_ensure_packages "${PGRELAY_BUILD_PACKAGES[@]}"
+pgrelay_ensure_packages "${PGRELAY_BUILD_PACKAGES[@]}" "${PGRELAY_RUN_PACKAGES[@]}"
 
 # Benchmarks need Google Benchmark, a test-only package: leave them out here.
 cmake --preset release -DPGRELAY_BENCH=OFF >/dev/null

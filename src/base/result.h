@@ -1,4 +1,5 @@
-// Errors as values: Error carries a SQLSTATE, message, detail and hint; Result<T> is a T or an Error.
+// Errors as values: Error carries a SQLSTATE, message, detail and hint; Result<T> is a T or an
+// Error.
 #pragma once
 
 #include <cassert>
@@ -28,6 +29,8 @@ inline constexpr const char* kDataCorrupted = "XX001";
 inline constexpr const char* kInternalError = "XX000";
 inline constexpr const char* kIoError = "58030";
 inline constexpr const char* kDiskFull = "53100";
+inline constexpr const char* kInsufficientResources = "53000";
+inline constexpr const char* kSystemError = "58000";
 }  // namespace sqlstate
 
 struct Error {
@@ -55,7 +58,7 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
@@ -113,9 +116,9 @@ class [[nodiscard]] Status {
 }  // namespace pgrelay
 
 // Propagate an error from an expression yielding Result<T> or Status.
-#define PGRELAY_TRY(expr)                                   \
-  do {                                                      \
-    auto&& pgrelay_try_result_ = (expr);                    \
+#define PGRELAY_TRY(expr)                                              \
+  do {                                                                 \
+    auto&& pgrelay_try_result_ = (expr);                               \
     if (!pgrelay_try_result_.ok()) return pgrelay_try_result_.error(); \
   } while (0)
 

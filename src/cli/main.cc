@@ -2,21 +2,71 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "cli/log_commands.h"
 #include "cli/serve_command.h"
 #include "cli/version.h"
+
+namespace {
+
+// `pgrelay [OPTIONS]` is `pgrelay serve [OPTIONS]`, and --config (or PGRELAY_CONFIG) may be
+// given anywhere: CLI11 reads a config file only for options placed before the subcommand.
+std::vector<std::string> normalize_arguments(int argc, char** argv, const CLI::App& app) {
+  std::vector<std::string> rest;
+  std::string config;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      config = argv[++i];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      config = arg.substr(9);
+    } else {
+      rest.push_back(std::move(arg));
+    }
+  }
+  if (config.empty()) {
+    if (const char* env = std::getenv("PGRELAY_CONFIG")) config = env;
+  }
+  bool help_or_version = !rest.empty() && (rest[0] == "-h" || rest[0] == "--help" ||
+                                           rest[0] == "-V" || rest[0] == "--version");
+  bool names_subcommand = false;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (!rest.empty() && sub->check_name(rest[0])) names_subcommand = true;
+  }
+  if (!help_or_version && !names_subcommand) rest.insert(rest.begin(), "serve");
+  std::vector<std::string> args{argv[0]};
+  if (!config.empty()) {
+    args.emplace_back("--config");
+    args.push_back(config);
+  }
+  args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "pgrelay - a PostgreSQL logical-replication server.\n\n"
       "pgrelay stands in front of an upstream PostgreSQL, captures its row changes into a\n"
       "durable, LSN-ordered change log, and serves them to unmodified consumers over the\n"
-      "genuine replication protocol (pgoutput v1-v4), while ordinary sessions pass through.",
+      "genuine replication protocol (pgoutput v1-v4), while ordinary sessions pass through.\n"
+      "`pgrelay` alone (or with serve's options) is `pgrelay serve` on a private PostgreSQL\n"
+      "it starts in ./pgrelay-data/pg.",
       "pgrelay"};
   app.set_version_flag("-V,--version", std::string("pgrelay ") + PGRELAY_VERSION);
   app.footer("Report bugs and read the documentation in the project's README.md.");
   app.require_subcommand(0, 1);
+  app.set_config("--config", "",
+                 "TOML file of settings: a [serve] table of `option = value` lines (also "
+                 "PGRELAY_CONFIG)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+
+  std::vector<pgrelay::cli::Subcommand> commands;
+  commands.push_back(pgrelay::cli::add_serve_command(app));
 
   CLI::App* log_cmd = app.add_subcommand("log", "Inspect pgrelay's durable change log.");
   log_cmd->require_subcommand(1);
@@ -46,6 +96,7 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--table,-t", dump_options.tables,
                        "Only changes of this table (schema.table, unqualified means public); "
                        "repeatable");
+  commands.push_back({dump_cmd, [&] { return pgrelay::cli::run_log_dump(dump_options); }});
 
   pgrelay::cli::LogStatOptions stat_options;
   stat_options.data_dir = "./pgrelay-data";
@@ -58,69 +109,21 @@ int main(int argc, char** argv) {
                    "Data directory of pgrelay (its change log is DIR/log)")
       ->capture_default_str();
   stat_cmd->add_flag("--json", stat_options.json, "Print one JSON object instead of text");
+  commands.push_back({stat_cmd, [&] { return pgrelay::cli::run_log_stat(stat_options); }});
 
-  pgrelay::cli::ServeOptions serve_options;
-  CLI::App* serve_cmd = app.add_subcommand(
-      "serve",
-      "Serve an upstream PostgreSQL: capture its row changes with triggers into the change log,\n"
-      "answer replication connections (replication=database) from that log, and pass every\n"
-      "other session through to the upstream. Prints one line\n"
-      "  pgrelay ready: postgres://USER:PASSWORD@HOST:PORT/DBNAME\n"
-      "on stdout when clients can connect. Stop it with Ctrl-C or SIGTERM.");
-  serve_cmd
-      ->add_option("--upstream,-u", serve_options.upstream,
-                   "The upstream server, as a libpq URL or conninfo string, e.g.\n"
-                   "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients log in\n"
-                   "to pgrelay with this user and password.")
-      ->required();
-  serve_cmd->add_option("--listen,-l", serve_options.listen, "Address and port to listen on")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--data-dir,-D", serve_options.data_dir,
-                   "Where pgrelay keeps its change log, slots and TLS files")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--schema", serve_options.schema,
-                   "Upstream schema for pgrelay's capture tables, triggers and catalog views")
-      ->capture_default_str();
-  serve_cmd->add_option("--tls-cert", serve_options.tls_cert,
-                        "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a "
-                        "self-signed one generated on first start)");
-  serve_cmd->add_option("--tls-key", serve_options.tls_key, "PEM private key for --tls-cert");
-  serve_cmd->add_flag("--no-tls", serve_options.no_tls, "Answer SSLRequest with N (no TLS)");
-  serve_cmd
-      ->add_option("--wal-sender-timeout", serve_options.wal_sender_timeout_seconds,
-                   "Seconds of consumer silence before a replication stream is ended (0 = never)")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--max-replication-slots", serve_options.max_replication_slots,
-                   "Slots pgrelay keeps at most")
-      ->capture_default_str();
-  serve_cmd->add_option(
-      "--auth", serve_options.auth_rules,
-      "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
-      "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
-      "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
-      "has no password, and no access from elsewhere).");
+  commands.push_back(pgrelay::cli::add_hash_password_command(app));
 
-  serve_cmd->add_option(
-      "--users", serve_options.users_file,
-      "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
-      "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
-      "Without it, clients log in with the upstream URL's user and password.");
-
-  std::string md5_user;
-  CLI::App* hash_cmd = app.add_subcommand(
-      "hash-password",
-      "Read a password on standard input and print its SCRAM-SHA-256 secret, for --users.");
-  hash_cmd->add_option("--md5-user", md5_user,
-                       "Print the md5 secret for this user name instead (md5 authentication)");
-
-  CLI11_PARSE(app, argc, argv);
-  if (hash_cmd->parsed()) return pgrelay::cli::run_hash_password(md5_user);
-  if (serve_cmd->parsed()) return pgrelay::cli::run_serve(serve_options);
-  if (dump_cmd->parsed()) return pgrelay::cli::run_log_dump(dump_options);
-  if (stat_cmd->parsed()) return pgrelay::cli::run_log_stat(stat_options);
+  std::vector<std::string> args = normalize_arguments(argc, argv, app);
+  std::vector<char*> arg_pointers;
+  for (auto& arg : args) arg_pointers.push_back(arg.data());
+  try {
+    app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  for (const auto& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
   std::printf("%s", app.help().c_str());
   return 0;
 }

@@ -13,11 +13,13 @@
 #include <thread>
 
 #include "cli/capture_link.h"
+#include "cli/pid_file.h"
 #include "log/change_log.h"
 #include "log/slots.h"
 #include "server/server.h"
 #include "server/sql_rewrite.h"
 #include "server/tls_setup.h"
+#include "upstream/embedded_postgres.h"
 #include "upstream/virtual_catalog.h"
 #include "wire/md5_auth.h"
 #include "wire/scram.h"
@@ -274,43 +276,54 @@ class CatalogWorker {
   std::thread thread_;
 };
 
-// The users file: one user per line, "NAME SECRET [replication]", SECRET as pg_authid holds it
-// (SCRAM-SHA-256$... or md5...); '#' starts a comment.
-Result<std::vector<server::User>> read_users_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return Error::make(sqlstate::kIoError, "could not open users file \"" + path + "\"",
-                       "Check --users; create lines with `pgrelay hash-password`.");
+// One user, "NAME SECRET [replication]", SECRET as pg_authid holds it (SCRAM-SHA-256$... or
+// md5...); `where` names the line for errors. An empty or comment line gives nullopt.
+Result<std::optional<server::User>> parse_user_line(std::string line, const std::string& where) {
+  if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+  std::istringstream fields(line);
+  server::User user;
+  std::string flag, extra;
+  if (!(fields >> user.name)) return std::optional<server::User>();
+  fields >> user.secret >> flag >> extra;
+  bool secret_ok = user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
+  if (user.secret.empty() || !secret_ok || (!flag.empty() && flag != "replication") ||
+      !extra.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       where + ": expected NAME SECRET [replication]",
+                       "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
+                       "`pgrelay hash-password`. Passwords never appear in pgrelay's settings.");
   }
+  if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 &&
+      !wire::ScramVerifier::parse(user.secret).ok()) {
+    return Error::make(sqlstate::kInvalidParameterValue, where + ": invalid SCRAM secret",
+                       "Make one with `pgrelay hash-password`.");
+  }
+  user.replication = flag == "replication";
+  return std::optional<server::User>(std::move(user));
+}
+
+// pgrelay's own users: the lines of the users file, then --user entries.
+Result<std::vector<server::User>> read_users(const ServeOptions& options) {
   std::vector<server::User> users;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream fields(line);
-    server::User user;
-    std::string flag, extra;
-    if (!(fields >> user.name)) continue;
-    fields >> user.secret >> flag >> extra;
-    bool secret_ok =
-        user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
-    if (user.secret.empty() || !secret_ok || (!flag.empty() && flag != "replication") ||
-        !extra.empty()) {
-      return Error::make(
-          sqlstate::kInvalidParameterValue,
-          path + ":" + std::to_string(number) + ": expected NAME SECRET [replication]",
-          "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
-          "`pgrelay hash-password`. Passwords never appear in this file.");
+  auto add = [&](const std::string& line, const std::string& where) -> Status {
+    auto user = parse_user_line(line, where);
+    if (!user.ok()) return user.error();
+    if (*user) users.push_back(std::move(**user));
+    return Status::ok_status();
+  };
+  if (!options.users_file.empty()) {
+    std::ifstream in(options.users_file);
+    if (!in) {
+      return Error::make(sqlstate::kIoError,
+                         "could not open users file \"" + options.users_file + "\"",
+                         "Check --users; create lines with `pgrelay hash-password`.");
     }
-    if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 &&
-        !wire::ScramVerifier::parse(user.secret).ok()) {
-      return Error::make(sqlstate::kInvalidParameterValue,
-                         path + ":" + std::to_string(number) + ": invalid SCRAM secret");
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      PGRELAY_TRY(add(line, options.users_file + ":" + std::to_string(number)));
     }
-    user.replication = flag == "replication";
-    users.push_back(std::move(user));
   }
+  for (const auto& entry : options.users) PGRELAY_TRY(add(entry, "--user"));
   return users;
 }
 
@@ -337,22 +350,53 @@ int run_hash_password(const std::string& md5_user) {
 }
 
 int run_serve(const ServeOptions& options) {
-  auto upstream = upstream::UpstreamConfig::parse(options.upstream);
-  if (!upstream.ok()) {
-    print_error(upstream.error());
-    return 2;
-  }
   auto listen = parse_listen(options.listen);
   if (!listen.ok()) {
     print_error(listen.error());
     return 2;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.data_dir, ec);
-  if (ec) {
-    print_error(Error::make(sqlstate::kIoError, "could not create data directory \"" +
-                                                    options.data_dir + "\": " + ec.message()));
+  if (!options.upstream.empty() && !options.databases.empty()) {
+    print_error(Error::make(sqlstate::kInvalidParameterValue,
+                            "--database creates databases in pgrelay's private PostgreSQL only",
+                            "Create them on the upstream yourself (CREATE DATABASE), or drop "
+                            "--upstream to use the private instance."));
+    return 2;
+  }
+  auto pid_file = PidFile::acquire(options.data_dir);
+  if (!pid_file.ok()) {
+    print_error(pid_file.error());
     return 1;
+  }
+
+  // Without --upstream, pgrelay serves a private PostgreSQL of its own.
+  std::unique_ptr<upstream::EmbeddedPostgres> embedded;
+  std::string upstream_url = options.upstream;
+  if (upstream_url.empty()) {
+    upstream::EmbeddedOptions embedded_options;
+    embedded_options.data_dir = options.data_dir;
+    embedded_options.bin_dir = options.pg_bin;
+    embedded_options.run_as = options.run_as;
+    embedded_options.on_event = [](const std::string& text) {
+      std::fprintf(stderr, "pgrelay: %s\n", text.c_str());
+    };
+    auto started = upstream::EmbeddedPostgres::start(std::move(embedded_options));
+    if (!started.ok()) {
+      print_error(started.error());
+      return 1;
+    }
+    embedded = std::move(*started);
+    for (const auto& database : options.databases) {
+      if (auto created = embedded->ensure_database(database); !created.ok()) {
+        print_error(created.error());
+        return 1;
+      }
+    }
+    upstream_url = embedded->conninfo("postgres");
+  }
+  auto upstream = upstream::UpstreamConfig::parse(upstream_url);
+  if (!upstream.ok()) {
+    print_error(upstream.error());
+    return 2;
   }
 
   log::LogOptions log_options;
@@ -391,8 +435,9 @@ int run_serve(const ServeOptions& options) {
   context.settings.max_replication_slots = options.max_replication_slots;
 
   // Clients log in as the upstream's user, with its password, unless a users file says who.
-  if (!options.users_file.empty()) {
-    auto users = read_users_file(options.users_file);
+  bool own_users = !options.users_file.empty() || !options.users.empty();
+  if (own_users) {
+    auto users = read_users(options);
     if (!users.ok()) {
       print_error(users.error());
       return 2;
@@ -413,7 +458,7 @@ int run_serve(const ServeOptions& options) {
   auto mock = wire::random_bytes(32);
   if (mock.ok()) context.auth.mock_secret = *mock;
   // Without a password only loopback clients may enter (trust); with one, SCRAM everywhere.
-  if (upstream->password.empty() && options.users_file.empty()) {
+  if (upstream->password.empty() && !own_users) {
     context.auth.default_method = server::AuthMethod::kReject;
     for (const char* loopback : {"127.0.0.0/8", "::1/128"}) {
       context.auth.rules.push_back(
@@ -534,6 +579,7 @@ int run_serve(const ServeOptions& options) {
   std::string url = "postgres://" + url_encode(upstream->user);
   if (!upstream->password.empty()) url += ":" + url_encode(upstream->password);
   url += "@" + host + ":" + std::to_string(bound->port()) + "/" + url_encode(upstream->dbname);
+  (void)pid_file->publish_url(url);
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
 
@@ -541,7 +587,115 @@ int run_serve(const ServeOptions& options) {
   blocking.join();
   capture->reset();
   (void)(*slots)->flush();
+  // The private PostgreSQL stops last, once nothing of pgrelay uses it (embedded's destructor,
+  // after the catalog worker's).
   return 0;
+}
+
+}  // namespace pgrelay::cli
+
+namespace pgrelay::cli {
+
+Subcommand add_serve_command(CLI::App& parent) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "serve",
+      "Serve PostgreSQL with logical replication: capture the upstream's row changes with\n"
+      "triggers into pgrelay's change log, answer replication connections\n"
+      "(replication=database) from that log, and pass every other session through to the\n"
+      "upstream. Without --upstream, pgrelay starts a private PostgreSQL in DATA_DIR/pg (the\n"
+      "first run creates it with initdb) and serves that; `pgrelay` alone does the same.\n"
+      "When clients can connect it prints one line on stdout:\n"
+      "  pgrelay ready: postgres://USER[:PASSWORD]@HOST:PORT/DBNAME\n"
+      "Ctrl-C or SIGTERM stops it cleanly, with whatever it started.\n\n"
+      "Every option can also come from a TOML file given with --config (or PGRELAY_CONFIG), as\n"
+      "`name = value` lines under a [serve] table, e.g. listen = \"0.0.0.0:5433\",\n"
+      "database = [\"zero_cvr\", \"zero_cdb\"], and from the environment variable named after it\n"
+      "(PGRELAY_LISTEN, PGRELAY_DATA_DIR, ...). The command line wins over the file, the file\n"
+      "over the environment.");
+  auto env = [](CLI::Option* option, const char* name) { option->envname(name); };
+  env(cmd->add_option("--upstream,-u", options->upstream,
+                      "The upstream server, as a libpq URL or conninfo string, e.g.\n"
+                      "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients\n"
+                      "log in to pgrelay with this user and password unless --users/--user\n"
+                      "name others. Default: a private PostgreSQL in DATA_DIR/pg."),
+      "PGRELAY_UPSTREAM");
+  env(cmd->add_option("--database", options->databases,
+                      "Private PostgreSQL only: create this database if missing (repeatable),\n"
+                      "e.g. for zero-cache's CVR and change databases. Every database is served;\n"
+                      "changes are captured from the one in the ready URL (postgres). Several\n"
+                      "names may be separated by commas.")
+          ->delimiter(','),
+      "PGRELAY_DATABASE");
+  env(cmd->add_option("--listen,-l", options->listen,
+                      "Address and port clients connect to (HOST:PORT; [::1]:PORT for IPv6)")
+          ->capture_default_str(),
+      "PGRELAY_LISTEN");
+  env(cmd->add_option("--data-dir,-D", options->data_dir,
+                      "Where pgrelay keeps its change log, slots, TLS files and the private\n"
+                      "PostgreSQL; one pgrelay per directory")
+          ->capture_default_str(),
+      "PGRELAY_DATA_DIR");
+  env(cmd->add_option("--schema", options->schema,
+                      "Upstream schema for pgrelay's capture tables, triggers and catalog views")
+          ->capture_default_str(),
+      "PGRELAY_SCHEMA");
+  env(cmd->add_option("--tls-cert", options->tls_cert,
+                      "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a\n"
+                      "self-signed one generated on first start)"),
+      "PGRELAY_TLS_CERT");
+  env(cmd->add_option("--tls-key", options->tls_key, "PEM private key for --tls-cert"),
+      "PGRELAY_TLS_KEY");
+  env(cmd->add_flag("--no-tls", options->no_tls, "Answer SSLRequest with N (no TLS)"),
+      "PGRELAY_NO_TLS");
+  env(cmd->add_option("--wal-sender-timeout", options->wal_sender_timeout_seconds,
+                      "Seconds of consumer silence before a replication stream is ended\n"
+                      "(0 = never), as Postgres's wal_sender_timeout")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "PGRELAY_WAL_SENDER_TIMEOUT");
+  env(cmd->add_option("--max-replication-slots", options->max_replication_slots,
+                      "Slots pgrelay keeps at most, as Postgres's max_replication_slots")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber),
+      "PGRELAY_MAX_REPLICATION_SLOTS");
+  env(cmd->add_option(
+          "--auth", options->auth_rules,
+          "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
+          "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
+          "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
+          "has no password and no users are named, and no access from elsewhere)."),
+      "PGRELAY_AUTH");
+  env(cmd->add_option("--users", options->users_file,
+                      "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
+                      "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
+                      "Without it (and --user), clients log in with the upstream URL's user."),
+      "PGRELAY_USERS");
+  env(cmd->add_option("--user", options->users,
+                      "One of pgrelay's own users, \"NAME SECRET [replication]\" as a line of\n"
+                      "--users (repeatable; in the config file: user = [\"...\", ...])"),
+      "PGRELAY_USER");
+  env(cmd->add_option("--pg-bin", options->pg_bin,
+                      "Private PostgreSQL only: directory of its server programs (postgres,\n"
+                      "initdb). Default: pg_config --bindir, PATH, then the newest\n"
+                      "/usr/lib/postgresql/*/bin."),
+      "PGRELAY_PG_BIN");
+  env(cmd->add_option("--run-as", options->run_as,
+                      "Private PostgreSQL only, when pgrelay runs as root: the OS user it runs\n"
+                      "as (PostgreSQL refuses root). Default: postgres if it exists, else nobody."),
+      "PGRELAY_RUN_AS");
+  return {cmd, [options] { return run_serve(*options); }};
+}
+
+Subcommand add_hash_password_command(CLI::App& parent) {
+  auto md5_user = std::make_shared<std::string>();
+  CLI::App* cmd = parent.add_subcommand(
+      "hash-password",
+      "Read a password on standard input and print its SCRAM-SHA-256 secret, for --users and\n"
+      "--user. The password itself is never stored.");
+  cmd->add_option("--md5-user", *md5_user,
+                  "Print the md5 secret for this user name instead (md5 authentication)");
+  return {cmd, [md5_user] { return run_hash_password(*md5_user); }};
 }
 
 }  // namespace pgrelay::cli

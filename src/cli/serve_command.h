@@ -4,10 +4,17 @@
 #include <string>
 #include <vector>
 
+#include "cli/subcommand.h"
+
 namespace pgrelay::cli {
 
 struct ServeOptions {
-  std::string upstream;  // libpq URL or conninfo
+  std::string upstream;  // libpq URL or conninfo; empty: pgrelay's private PostgreSQL
+  // The private PostgreSQL (no --upstream): databases to create, where its programs are, and
+  // the OS user it runs as when pgrelay runs as root.
+  std::vector<std::string> databases;
+  std::string pg_bin;
+  std::string run_as;
   std::string listen = "127.0.0.1:5433";
   std::string data_dir = "./pgrelay-data";
   std::string schema = "_pgrelay";  // upstream schema for capture and the virtual catalog
@@ -19,13 +26,20 @@ struct ServeOptions {
   int max_wal_senders = 10;
   std::vector<std::string> auth_rules;  // "ADDRESS/PREFIX=METHOD"
   std::string users_file;               // empty: the upstream URL's user and password
+  std::vector<std::string> users;       // "NAME SECRET [replication]", as lines of users_file
 };
+
+// `pgrelay serve` (and `pgrelay` alone: serve a private PostgreSQL) and
+// `pgrelay hash-password`.
+Subcommand add_serve_command(CLI::App& parent);
+Subcommand add_hash_password_command(CLI::App& parent);
 
 // `pgrelay hash-password`: reads a password on stdin, prints its SCRAM-SHA-256 secret (or the
 // md5 form for `md5_user`), for the users file.
 int run_hash_password(const std::string& md5_user);
 
-// Runs until SIGINT or SIGTERM; returns the process exit status. Prints
+// Runs until SIGINT or SIGTERM (in front of `upstream`, or of a private PostgreSQL it starts in
+// DATA_DIR/pg and stops at the end); returns the process exit status. Prints
 // "pgrelay ready: postgres://..." on stdout once clients can connect.
 int run_serve(const ServeOptions& options);
 
