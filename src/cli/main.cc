@@ -118,6 +118,14 @@ int main(int argc, char** argv) {
   for (auto& arg : args) arg_pointers.push_back(arg.data());
   try {
     app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  } catch (const CLI::ConfigError& error) {
+    std::fprintf(
+        stderr,
+        "pgrelay: error: in the config file: %s\n"
+        "pgrelay: hint: settings go in a [serve] table, one `name = value` per line, "
+        "named as the options of `pgrelay serve --help` (e.g. data-dir = \"/srv/pgrelay\")\n",
+        error.what());
+    return 2;
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   }

@@ -22,7 +22,7 @@ from e2e_support import CheckFailed, expect, expect_eq, wait_until  # noqa: E402
 class PrivateRelay(e2e.Relay):
     """`pgrelay [OPTIONS]` (the embedded default) in `cwd`, optionally as another OS user."""
 
-    def __init__(self, env, cwd, port, extra_args=(), user=None, binary=None):
+    def __init__(self, env, cwd, port, extra_args=(), user=None, binary=None, environ=None):
         self.env = env
         self.cwd = cwd
         self.port = port
@@ -31,10 +31,11 @@ class PrivateRelay(e2e.Relay):
         self.log_file = open(self.log_path, "wb")
         if user:
             os.chown(self.log_path, user.pw_uid, user.pw_gid)
-        self.args = [binary or env.pgrelay, "--listen", "127.0.0.1:%d" % port] + list(extra_args)
-        kw = {}
+        self.args = [binary or env.pgrelay] + (["--listen", "127.0.0.1:%d" % port] if port else [])
+        self.args += list(extra_args)
+        kw = {"env": environ} if environ else {}
         if user:
-            kw = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+            kw.update(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.args, cwd=cwd, stdout=subprocess.PIPE, stderr=self.log_file,
                                      stdin=subprocess.DEVNULL, **kw)
@@ -274,6 +275,33 @@ def run_private_instance_checks(env, label, cwd, user=None, binary=None):
         expect_eq(code, 0, "exit status of the recovered pgrelay")
     env.check("kill -9 of pgrelay leaves nothing behind; the next start recovers (%s)" % label,
               kill9_then_recover)
+
+    def config_file_and_environment():
+        port = e2e.free_port()
+        config = os.path.join(cwd, "pgrelay.toml")
+        with open(config, "w") as f:
+            f.write('# pgrelay settings\n[serve]\nlisten = "127.0.0.1:%d"\n'
+                    'database = ["from_config"]\n' % port)
+        environ = dict(os.environ, PGRELAY_CONFIG=config, PGRELAY_WAL_SENDER_TIMEOUT="17")
+        relay = PrivateRelay(env, cwd, None, user=user, binary=binary, environ=environ)
+        url = relay.wait_ready(timeout=120)
+        expect_eq(url, "postgres://postgres@127.0.0.1:%d/postgres" % port, "the ready URL (listen from the file)")
+        names = {r[0] for r in query(url, "SELECT datname FROM pg_database")}
+        expect("from_config" in names, "the config file's database to be created", got=sorted(names))
+        rows = query(url, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'")
+        expect_eq(rows, [("17000",)], "wal_sender_timeout from PGRELAY_WAL_SENDER_TIMEOUT")
+        code, _ = relay.stop(signal.SIGTERM, timeout=60)
+        expect_eq(code, 0, "exit status")
+        with open(config, "a") as f:
+            f.write("no_such_setting = 1\n")
+        r = subprocess.run([binary or env.pgrelay, "--config", config], cwd=cwd, capture_output=True,
+                           text=True, timeout=60)
+        expect(r.returncode != 0 and "no_such_setting" in r.stderr,
+               "an unknown setting in the config file to be refused, naming it", got=(r.returncode, r.stderr))
+        os.unlink(config)
+    if user is None:
+        env.check("settings from a config file and PGRELAY_* variables (%s)" % label,
+                  config_file_and_environment)
 
 
 def e2e_runs_as_name():

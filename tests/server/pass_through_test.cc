@@ -2,6 +2,7 @@
 // errors, authentication, TLS, cancellation, and abuse of the startup path.
 #include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +10,10 @@
 #include <chrono>
 #include <random>
 #include <thread>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/allocator_interface.h>
+#endif
 
 #include "server_fixture.h"
 
@@ -223,8 +228,20 @@ int raw_connect(int port) {
   return fd;
 }
 
+// Heap bytes in use by the whole process (the server runs in it).
+std::size_t allocated_bytes() {
+#if defined(__SANITIZE_ADDRESS__)
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  return mallinfo2().uordblks;
+#endif
+}
+
 TEST_F(PassThroughTest, GarbageAndHalfPacketsCloseOnlyTheirSession) {
   PgConnection survivor(relay_->conninfo());
+  EXPECT_EQ(survivor.scalar("SELECT 'warm'"), "warm");
+  ASSERT_EQ(relay_->session_count(), 1u);
+  std::size_t baseline = allocated_bytes();
   std::mt19937 rng(1234);
   for (int i = 0; i < 1000; ++i) {
     int fd = raw_connect(relay_->port());
@@ -251,6 +268,15 @@ TEST_F(PassThroughTest, GarbageAndHalfPacketsCloseOnlyTheirSession) {
     ::close(fd);
   }
   EXPECT_EQ(survivor.scalar("SELECT 'alive'"), "alive");
+  // Every abusive session ends and gives its memory back (a session that leaked its buffers
+  // or coroutine frames would keep tens of kilobytes each: 1000 of them, megabytes).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (relay_->session_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(relay_->session_count(), 1u);
+  std::size_t after = allocated_bytes();
+  EXPECT_LT(after, baseline + 1024 * 1024) << "baseline " << baseline << " after " << after;
   PgConnection fresh(relay_->conninfo());
   EXPECT_EQ(fresh.scalar("SELECT 'fresh'"), "fresh");
 }

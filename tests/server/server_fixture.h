@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -124,6 +125,12 @@ class RelayHarness {
            " dbname=postgres user=app password=relay-secret " + extra;
   }
   server::ServerContext& context() { return context_; }
+  // Sessions the server holds, read on its io thread.
+  std::size_t session_count() {
+    std::promise<std::size_t> count;
+    asio::post(io_, [&] { count.set_value(server_->session_count()); });
+    return count.get_future().get();
+  }
 
  private:
   PgServer& pg_;
