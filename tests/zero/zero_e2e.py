@@ -10,6 +10,8 @@ to pgrelay (and, in the `direct` variant, to its CVR/change databases on the sam
 Variants:
   --variant direct        CVR and change DBs on the upstream Postgres, reached directly
   --variant via-pgrelay   CVR and change DBs also reached through pgrelay's pass-through
+  --variant embedded      no upstream of ours: `pgrelay` runs its private PostgreSQL, which
+                          holds the CVR and change DBs too (--database), all through pgrelay
   --reference             no pgrelay: zero-cache on a wal_level=logical Postgres. Proves this
                           script's expectations against the real thing.
 
@@ -312,12 +314,14 @@ class Pgrelay:
         self.proc = None
         self.url = None
 
-    def start(self, upstream_url):
-        data = os.path.join(self.run_dir, "pgrelay-data")
-        shutil.rmtree(data, ignore_errors=True)
+    def start(self, upstream_url, data=None, extra=()):
+        """`pgrelay serve` in front of upstream_url, or (None) pgrelay's private PostgreSQL."""
+        if data is None:
+            data = os.path.join(self.run_dir, "pgrelay-data")
+            shutil.rmtree(data, ignore_errors=True)
         port = free_port()
-        argv = [self.binary, "serve", "--upstream", upstream_url, "--listen", f"127.0.0.1:{port}",
-                "--data-dir", data, "--no-tls"]
+        argv = [self.binary, "serve"] + (["--upstream", upstream_url] if upstream_url else [])
+        argv += ["--listen", f"127.0.0.1:{port}", "--data-dir", data, "--no-tls"] + list(extra)
         say("starting " + " ".join(argv))
         # Output goes to files, read back by polling: no reader threads alongside preexec_fn.
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
@@ -342,6 +346,38 @@ class Pgrelay:
     def stop(self):
         stop_tree(self.proc, "pgrelay")
         self.proc = None
+
+
+class PrivatePostgres:
+    """The `embedded` variant's upstream: pgrelay's own private PostgreSQL (`pgrelay` without
+    --upstream), reached only through pgrelay. Its captured database is `postgres`, which
+    stands in for zt_upstream; zt_cvr and zt_change are made with --database."""
+
+    wal_level = "replica, private to pgrelay"
+
+    def __init__(self, relay):
+        self.relay = relay
+        self.port = None
+        # Outside the build tree: as root, the cluster's OS user must reach the directory.
+        self.root = tempfile.mkdtemp(prefix="pgrelay-zero-private-")
+        os.chmod(self.root, 0o755)
+
+    def start(self):
+        self.relay.start(None, data=os.path.join(self.root, "pgrelay-data"),
+                         extra=["--database", "zt_cvr", "--database", "zt_change"])
+        self.port = urllib.parse.urlsplit(self.relay.url).port
+
+    def url(self, db):
+        return with_database(self.relay.url, "postgres" if db == "zt_upstream" else db)
+
+    def connect(self, db):
+        c = psycopg2.connect(self.url(db))
+        c.autocommit = True
+        return c
+
+    def stop(self):
+        self.relay.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def with_database(url, db):
@@ -619,7 +655,8 @@ def run_checks(pg, up_url, relay_url, checks, args):
                 if len(slot_rows) == 1 and slot_rows[0][4] is True:
                     break
                 time.sleep(0.2)
-        if (len(slot_rows) == 1 and slot_rows[0][1:] == ("pgoutput", "logical", "zt_upstream", True)):
+        upstream_db = urllib.parse.urlsplit(up_url).path.lstrip("/")
+        if (len(slot_rows) == 1 and slot_rows[0][1:] == ("pgoutput", "logical", upstream_db, True)):
             checks.pass_("slot listed active in pg_replication_slots", slot_rows[0][0])
         else:
             checks.fail("slot listed active in pg_replication_slots", f"rows {slot_rows}")
@@ -829,7 +866,7 @@ def main():
     ap.add_argument("--pgrelay", help="path of the pgrelay binary")
     ap.add_argument("--work", required=True, help="work directory (logs, replica, run state)")
     ap.add_argument("--npm-cache", help="where Node and zero-cache are installed (default WORK/npm)")
-    ap.add_argument("--variant", choices=["direct", "via-pgrelay"], default="direct")
+    ap.add_argument("--variant", choices=["direct", "via-pgrelay", "embedded"], default="direct")
     ap.add_argument("--reference", action="store_true",
                     help="no pgrelay: zero-cache on a wal_level=logical Postgres")
     ap.add_argument("--skip-ddl", action="store_true")
@@ -860,8 +897,11 @@ def main():
         print(f"SKIP: cannot install zero-cache from npm: {e}", flush=True)
         return SKIP
 
-    pg = Postgres("logical" if args.reference else "replica", os.path.join(logs, "postgres.log"))
     relay = None if args.reference else Pgrelay(os.path.abspath(args.pgrelay), run_dir, logs)
+    if args.variant == "embedded":
+        pg = PrivatePostgres(relay)
+    else:
+        pg = Postgres("logical" if args.reference else "replica", os.path.join(logs, "postgres.log"))
     zc = ZeroCache(inst, run_dir, logs)
     checks = Checks(inst.sqlite, zc.replica, deadline_ms)
     try:
@@ -870,13 +910,13 @@ def main():
         with contextlib.closing(pg.connect("zt_upstream")) as c:
             c.cursor().execute(SEED_SQL)
         relay_url = None
-        if relay:
+        if relay and args.variant != "embedded":  # the embedded variant's pg.start() started it
             relay.start(pg.url("zt_upstream"))
             relay_url = relay.url
             upstream = relay.url
         else:
             upstream = pg.url("zt_upstream")
-        if args.variant == "via-pgrelay" and relay:
+        if args.variant in ("via-pgrelay", "embedded") and relay:
             cvr, change = with_database(relay.url, "zt_cvr"), with_database(relay.url, "zt_change")
         else:
             cvr, change = pg.url("zt_cvr"), pg.url("zt_change")
@@ -896,7 +936,7 @@ def main():
         checks.fail("harness", f"{type(e).__name__}: {e}")
     finally:
         zc.stop()
-        if relay:
+        if relay and relay.proc:
             relay.stop()
         pg.stop()
         shutil.rmtree(os.path.join(run_dir, "tmp"), ignore_errors=True)
