@@ -3,38 +3,11 @@
 
 #include <filesystem>
 
-#include "capture/trigger/capture_service.h"
-
 namespace pgrelay::cli {
-namespace {
 
-class TriggerCaptureLink final : public server::CaptureLink {
- public:
-  explicit TriggerCaptureLink(std::unique_ptr<capture::CaptureService> service)
-      : service_(std::move(service)) {}
-
-  Result<server::ExportedSnapshot> export_snapshot() override {
-    auto exported = service_->export_snapshot();
-    if (!exported.ok()) return exported.error();
-    server::ExportedSnapshot out;
-    out.holder = std::shared_ptr<capture::PgSession>(std::move(exported->holder));
-    out.name = std::move(exported->snapshot_name);
-    out.consistent_point = exported->consistent_point;
-    return out;
-  }
-
-  Result<wire::Lsn> sync() override { return service_->sync(); }
-
- private:
-  std::unique_ptr<capture::CaptureService> service_;
-};
-
-}  // namespace
-
-Result<std::unique_ptr<server::CaptureLink>> start_capture(const upstream::UpstreamConfig& upstream,
-                                                           const std::string& schema,
-                                                           const std::string& data_dir,
-                                                           log::ChangeLog& log) {
+Result<std::unique_ptr<TriggerCaptureLink>> TriggerCaptureLink::start(
+    const upstream::UpstreamConfig& upstream, const std::string& schema,
+    const std::string& data_dir, log::ChangeLog& log) {
   capture::CaptureServiceOptions options;
   options.poller.conninfo = upstream.conninfo();
   options.poller.schema = schema;
@@ -46,8 +19,21 @@ Result<std::unique_ptr<server::CaptureLink>> start_capture(const upstream::Upstr
   options.install.all_publications = true;
   auto service = capture::CaptureService::start(std::move(options), log);
   if (!service.ok()) return service.error();
-  return std::unique_ptr<server::CaptureLink>(
-      std::make_unique<TriggerCaptureLink>(std::move(*service)));
+  return std::unique_ptr<TriggerCaptureLink>(new TriggerCaptureLink(std::move(*service)));
+}
+
+Result<server::ExportedSnapshot> TriggerCaptureLink::export_snapshot() {
+  auto exported = service_->export_snapshot();
+  if (!exported.ok()) return exported.error();
+  server::ExportedSnapshot out;
+  out.holder = std::shared_ptr<capture::PgSession>(std::move(exported->holder));
+  out.name = std::move(exported->snapshot_name);
+  out.consistent_point = exported->consistent_point;
+  return out;
+}
+
+Result<wire::Lsn> TriggerCaptureLink::sync() {
+  return service_->sync();
 }
 
 }  // namespace pgrelay::cli

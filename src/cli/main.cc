@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/admin_commands.h"
+#include "cli/doctor_command.h"
 #include "cli/log_commands.h"
 #include "cli/serve_command.h"
 #include "cli/version.h"
@@ -111,6 +113,10 @@ int main(int argc, char** argv) {
   stat_cmd->add_flag("--json", stat_options.json, "Print one JSON object instead of text");
   commands.push_back({stat_cmd, [&] { return pgrelay::cli::run_log_stat(stat_options); }});
 
+  commands.push_back(pgrelay::cli::add_doctor_command(app));
+  commands.push_back(pgrelay::cli::add_status_command(app));
+  commands.push_back(pgrelay::cli::add_slots_command(app));
+  commands.push_back(pgrelay::cli::add_capture_command(app));
   commands.push_back(pgrelay::cli::add_hash_password_command(app));
 
   std::vector<std::string> args = normalize_arguments(argc, argv, app);
@@ -127,7 +133,9 @@ int main(int argc, char** argv) {
         error.what());
     return 2;
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // --help and --version exit 0; a usage error exits 2, as for the commands' own usage
+    // errors (CLI11's codes would say nothing to a shell).
+    return app.exit(error) == 0 ? 0 : 2;
   }
   for (const auto& command : commands) {
     if (command.app->parsed()) return command.run();

@@ -12,10 +12,13 @@
 #include <sstream>
 #include <thread>
 
+#include "base/logger.h"
 #include "cli/capture_link.h"
 #include "cli/pid_file.h"
 #include "log/change_log.h"
 #include "log/slots.h"
+#include "server/metrics.h"
+#include "server/metrics_endpoint.h"
 #include "server/server.h"
 #include "server/sql_rewrite.h"
 #include "server/tls_setup.h"
@@ -170,6 +173,7 @@ class CatalogWorker {
         catalog_ = std::move(*reopened);
         mirrored_slots_.clear();
         mirrored_walsenders_ = "-";
+        mirror_reconciled_ = false;
         asio::post(io_, [this] { refresh(); });
         return;
       }
@@ -207,6 +211,12 @@ class CatalogWorker {
     }
     for (const auto& [name, key] : mirrored_slots_) {
       if (!current.count(name)) (void)catalog_->remove_slot(name);
+    }
+    // The first write after (re)connecting also removes rows of slots this run never knew.
+    if (!mirror_reconciled_) {
+      std::vector<std::string> names;
+      for (const auto& slot : snapshot.slots) names.push_back(slot.name);
+      mirror_reconciled_ = catalog_->retain_slots(names).ok();
     }
     mirrored_slots_ = std::move(current);
 
@@ -273,6 +283,7 @@ class CatalogWorker {
   // What the upstream mirror holds, to write only what changed (catalog thread only).
   std::map<std::string, std::string> mirrored_slots_;
   std::string mirrored_walsenders_ = "-";
+  bool mirror_reconciled_ = false;
   std::thread thread_;
 };
 
@@ -327,6 +338,43 @@ Result<std::vector<server::User>> read_users(const ServeOptions& options) {
   return users;
 }
 
+// A startup error as one log line, its detail and hint as fields.
+void log_error(Logger& logger, const Error& error) {
+  logger.error(error.message,
+               {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
+}
+
+// The values /metrics reads at scrape time beside the server's own counters.
+void publish_metrics(server::MetricWriter& out, const TriggerCaptureLink& capture,
+                     const log::ChangeLog& log, server::ReplicationHub& hub) {
+  auto stats = capture.stats();
+  out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"}, {},
+              static_cast<double>(stats.transactions));
+  out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, {},
+              static_cast<double>(stats.rows));
+  out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"}, {},
+              static_cast<double>(stats.reconnects));
+  auto log_stats = log.stats();
+  out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, {},
+            static_cast<double>(log_stats.total_bytes));
+  out.gauge({"pgrelay_log_segments", "Segments of the change log"}, {},
+            static_cast<double>(log_stats.segments));
+  wire::Lsn head = log.last_end_lsn();
+  out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, {},
+            static_cast<double>(head.value()));
+  for (const auto& slot : hub.slots().list()) {
+    std::uint64_t lag = head.value() > slot.confirmed_flush.value()
+                            ? head.value() - slot.confirmed_flush.value()
+                            : 0;
+    out.gauge({"pgrelay_slot_lag_bytes", "Log bytes past the slot's confirmed_flush_lsn"},
+              {{"slot", slot.name}}, static_cast<double>(lag));
+    out.gauge({"pgrelay_slot_active", "1 while a walsender streams the slot"},
+              {{"slot", slot.name}}, slot.active_pid != 0 ? 1.0 : 0.0);
+  }
+  out.gauge({"pgrelay_walsenders", "Replication streams being served"}, {},
+            static_cast<double>(hub.walsenders().size()));
+}
+
 }  // namespace
 
 int run_hash_password(const std::string& md5_user) {
@@ -350,21 +398,35 @@ int run_hash_password(const std::string& md5_user) {
 }
 
 int run_serve(const ServeOptions& options) {
+  auto level = parse_log_level(options.log_level);
+  auto format = parse_log_format(options.log_format);
+  if (!level.ok() || !format.ok()) {
+    print_error(!level.ok() ? level.error() : format.error());
+    return 2;
+  }
+  // Declared before the io_context: sessions it still holds log their end when it goes.
+  LoggerOptions logger_options;
+  logger_options.level = *level;
+  logger_options.format = *format;
+  Logger logger(std::move(logger_options));
+  server::Metrics metrics;
+  auto report = [&logger](const Error& error) { log_error(logger, error); };
+
   auto listen = parse_listen(options.listen);
   if (!listen.ok()) {
-    print_error(listen.error());
+    report(listen.error());
     return 2;
   }
   if (!options.upstream.empty() && !options.databases.empty()) {
-    print_error(Error::make(sqlstate::kInvalidParameterValue,
-                            "--database creates databases in pgrelay's private PostgreSQL only",
-                            "Create them on the upstream yourself (CREATE DATABASE), or drop "
-                            "--upstream to use the private instance."));
+    report(Error::make(sqlstate::kInvalidParameterValue,
+                       "--database creates databases in pgrelay's private PostgreSQL only",
+                       "Create them on the upstream yourself (CREATE DATABASE), or drop "
+                       "--upstream to use the private instance."));
     return 2;
   }
   auto pid_file = PidFile::acquire(options.data_dir);
   if (!pid_file.ok()) {
-    print_error(pid_file.error());
+    report(pid_file.error());
     return 1;
   }
 
@@ -376,18 +438,16 @@ int run_serve(const ServeOptions& options) {
     embedded_options.data_dir = options.data_dir;
     embedded_options.bin_dir = options.pg_bin;
     embedded_options.run_as = options.run_as;
-    embedded_options.on_event = [](const std::string& text) {
-      std::fprintf(stderr, "pgrelay: %s\n", text.c_str());
-    };
+    embedded_options.on_event = [&logger](const std::string& text) { logger.info(text); };
     auto started = upstream::EmbeddedPostgres::start(std::move(embedded_options));
     if (!started.ok()) {
-      print_error(started.error());
+      report(started.error());
       return 1;
     }
     embedded = std::move(*started);
     for (const auto& database : options.databases) {
       if (auto created = embedded->ensure_database(database); !created.ok()) {
-        print_error(created.error());
+        report(created.error());
         return 1;
       }
     }
@@ -395,7 +455,7 @@ int run_serve(const ServeOptions& options) {
   }
   auto upstream = upstream::UpstreamConfig::parse(upstream_url);
   if (!upstream.ok()) {
-    print_error(upstream.error());
+    report(upstream.error());
     return 2;
   }
 
@@ -403,7 +463,7 @@ int run_serve(const ServeOptions& options) {
   log_options.dir = options.data_dir + "/log";
   auto change_log = log::ChangeLog::open(log_options);
   if (!change_log.ok()) {
-    print_error(change_log.error());
+    report(change_log.error());
     return 1;
   }
   log::SlotRegistryOptions slot_options;
@@ -412,14 +472,24 @@ int run_serve(const ServeOptions& options) {
   slot_options.persist_interval = std::chrono::milliseconds(1000);
   auto slots = log::SlotRegistry::open(log_options.dir, slot_options);
   if (!slots.ok()) {
-    print_error(slots.error());
+    report(slots.error());
     return 1;
   }
 
-  auto capture = start_capture(*upstream, options.schema, options.data_dir, **change_log);
+  logger.info("installing trigger capture", {{"schema", options.schema},
+                                             {"upstream", upstream->describe()},
+                                             {"database", upstream->dbname}});
+  auto capture =
+      TriggerCaptureLink::start(*upstream, options.schema, options.data_dir, **change_log);
   if (!capture.ok()) {
-    print_error(capture.error());
+    report(capture.error());
     return 1;
+  }
+  {
+    const auto& installed = (*capture)->install_report();
+    logger.info("trigger capture installed",
+                {{"captured_tables", installed.captured_tables},
+                 {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
   }
 
   asio::io_context io;
@@ -428,6 +498,8 @@ int run_serve(const ServeOptions& options) {
                              *upstream);
 
   server::ServerContext context;
+  context.logger = &logger;
+  context.metrics = &metrics;
   context.upstream = *upstream;
   context.hub = &hub;
   context.settings.wal_sender_timeout = std::chrono::seconds(options.wal_sender_timeout_seconds);
@@ -439,7 +511,7 @@ int run_serve(const ServeOptions& options) {
   if (own_users) {
     auto users = read_users(options);
     if (!users.ok()) {
-      print_error(users.error());
+      report(users.error());
       return 2;
     }
     context.auth.users = std::move(*users);
@@ -448,7 +520,7 @@ int run_serve(const ServeOptions& options) {
     if (!upstream->password.empty()) {
       auto verifier = wire::ScramVerifier::from_password(upstream->password);
       if (!verifier.ok()) {
-        print_error(verifier.error());
+        report(verifier.error());
         return 1;
       }
       user.secret = verifier->to_string();
@@ -474,13 +546,12 @@ int run_serve(const ServeOptions& options) {
                             "invalid --auth rule \"" + rule + "\"", "Use ADDRESS/PREFIX=METHOD."))
                       : server::parse_auth_method(rule.substr(eq + 1));
     if (!network.ok() || !method.ok()) {
-      print_error(!network.ok() ? network.error() : method.error());
+      report(!network.ok() ? network.error() : method.error());
       return 2;
     }
     if (*method == server::AuthMethod::kTrust && !network->address().is_loopback() &&
         !network->address().is_v4_mapped()) {
-      std::fprintf(stderr, "pgrelay: warning: trust authentication for %s admits anyone there\n",
-                   rule.c_str());
+      logger.warning("trust authentication admits anyone from this network", {{"rule", rule}});
     }
     context.auth.rules.insert(context.auth.rules.begin(), {*network, *method});
   }
@@ -494,13 +565,13 @@ int run_serve(const ServeOptions& options) {
     if (options.tls_cert.empty()) {
       auto generated = server::ensure_self_signed_certificate(cert, key, "pgrelay");
       if (!generated.ok()) {
-        print_error(generated.error());
+        report(generated.error());
         return 1;
       }
     }
     auto tls = server::make_server_tls(cert, key);
     if (!tls.ok()) {
-      print_error(tls.error());
+      report(tls.error());
       return 1;
     }
     server_tls = std::move(*tls);
@@ -508,7 +579,7 @@ int run_serve(const ServeOptions& options) {
   }
   auto upstream_tls = server::make_upstream_tls(*upstream);
   if (!upstream_tls.ok()) {
-    print_error(upstream_tls.error());
+    report(upstream_tls.error());
     return 1;
   }
   context.upstream_tls = upstream_tls->get();
@@ -523,11 +594,11 @@ int run_serve(const ServeOptions& options) {
 
   auto catalog = upstream::VirtualCatalog::open(upstream->conninfo(), options.schema);
   if (!catalog.ok()) {
-    print_error(catalog.error());
+    report(catalog.error());
     return 1;
   }
   if (auto installed = (*catalog)->install(); !installed.ok()) {
-    print_error(installed.error());
+    report(installed.error());
     return 1;
   }
   upstream::CatalogSettings catalog_settings;
@@ -543,10 +614,32 @@ int run_serve(const ServeOptions& options) {
   server::Server server(io, context);
   auto bound = server.listen(listen->first, listen->second);
   if (!bound.ok()) {
-    print_error(bound.error());
+    report(bound.error());
     return 1;
   }
   server.start();
+
+  // Scrape-time values for /metrics (on the io thread).
+  TriggerCaptureLink& capture_link = **capture;
+  metrics.add_collector(
+      [&](server::MetricWriter& out) { publish_metrics(out, capture_link, **change_log, hub); });
+  std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
+  if (!options.metrics.empty()) {
+    auto address = server::parse_metrics_address(options.metrics);
+    if (!address.ok()) {
+      report(address.error());
+      return 2;
+    }
+    metrics_endpoint =
+        std::make_unique<server::MetricsEndpoint>(io, [&metrics] { return metrics.render(); });
+    auto metrics_bound = metrics_endpoint->listen(address->first, address->second);
+    if (!metrics_bound.ok()) {
+      report(metrics_bound.error());
+      return 1;
+    }
+    metrics_endpoint->start();
+    logger.info("serving metrics", {{"address", options.metrics}, {"path", "/metrics"}});
+  }
 
   // Shutdown: stop accepting, let walsenders end their streams with CopyDone, then close
   // what is left and stop.
@@ -557,6 +650,7 @@ int run_serve(const ServeOptions& options) {
   wait_for_sessions = [&] {
     if (server.session_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
       server.stop();
+      if (metrics_endpoint) metrics_endpoint->stop();
       io.stop();
       return;
     }
@@ -565,7 +659,7 @@ int run_serve(const ServeOptions& options) {
   };
   signals.async_wait([&](const std::error_code& error, int) {
     if (error) return;
-    std::fprintf(stderr, "pgrelay: shutting down\n");
+    logger.info("shutting down", {{"sessions", server.session_count()}});
     server.stop_accepting();
     hub.stop_all();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -582,11 +676,15 @@ int run_serve(const ServeOptions& options) {
   (void)pid_file->publish_url(url);
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
+  logger.info("ready", {{"listen", host + ":" + std::to_string(bound->port())},
+                        {"upstream", upstream->describe()},
+                        {"private_postgres", embedded != nullptr}});
 
   io.run();
   blocking.join();
   capture->reset();
   (void)(*slots)->flush();
+  logger.info("stopped");
   // The private PostgreSQL stops last, once nothing of pgrelay uses it (embedded's destructor,
   // after the catalog worker's).
   return 0;
@@ -684,6 +782,18 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "Private PostgreSQL only, when pgrelay runs as root: the OS user it runs\n"
                       "as (PostgreSQL refuses root). Default: postgres if it exists, else nobody."),
       "PGRELAY_RUN_AS");
+  env(cmd->add_option("--log-level", options->log_level,
+                      "debug, info, warning or error: the least severe lines written")
+          ->capture_default_str(),
+      "PGRELAY_LOG_LEVEL");
+  env(cmd->add_option("--log-format", options->log_format,
+                      "text (Postgres-like lines) or json (one object per line), on stderr")
+          ->capture_default_str(),
+      "PGRELAY_LOG_FORMAT");
+  env(cmd->add_option("--metrics", options->metrics,
+                      "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
+                      "(off by default): capture rate, log size, slot lag, connections, errors"),
+      "PGRELAY_METRICS");
   return {cmd, [options] { return run_serve(*options); }};
 }
 

@@ -27,6 +27,9 @@ struct ServeOptions {
   std::vector<std::string> auth_rules;  // "ADDRESS/PREFIX=METHOD"
   std::string users_file;               // empty: the upstream URL's user and password
   std::vector<std::string> users;       // "NAME SECRET [replication]", as lines of users_file
+  std::string log_level = "info";
+  std::string log_format = "text";
+  std::string metrics;  // HOST:PORT of the /metrics endpoint; empty: off
 };
 
 // `pgrelay serve` (and `pgrelay` alone: serve a private PostgreSQL) and

@@ -19,12 +19,14 @@ using namespace asio::experimental::awaitable_operators;
 
 constexpr std::size_t kBatchBytes = 64 * 1024;
 
+// `relayed` (optional) counts the bytes: one atomic add per read, nothing more on this path.
 upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
-                                                  upstream::Transport& to) {
+                                                  upstream::Transport& to, Counter* relayed) {
   std::vector<std::uint8_t> buffer(64 * 1024);
   for (;;) {
     auto n = co_await from.read_some(asio::buffer(buffer));
     if (!n.ok()) co_return;
+    if (relayed) relayed->inc(*n);
     if (!(co_await to.write_all(ByteView(buffer.data(), *n))).ok()) co_return;
   }
 }
@@ -56,11 +58,23 @@ void append_client_frame(const wire::Frame& frame, const SqlRewrite& rewrite, By
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
-                                                   const SqlRewrite& rewrite) {
+                                                   const ServerContext& context, Counter* relayed) {
+  const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
     auto frame = co_await client.read_frame();
-    if (!frame.ok()) co_return;
+    if (!frame.ok()) {
+      if (frame.error().sqlstate == sqlstate::kProtocolViolation) {
+        count(context.metrics, server_metrics::kProtocolErrors);
+        if (context.logger) {
+          auto peer = client.transport().peer_address();
+          context.logger->warning("session closed for a protocol violation",
+                                  {{"error", frame.error().message},
+                                   {"host", peer ? peer->to_string() : std::string("local")}});
+        }
+      }
+      co_return;
+    }
     append_client_frame(*frame, rewrite, batch);
     bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
@@ -70,6 +84,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       append_client_frame(**more, rewrite, batch);
       terminate = (*more)->tag == 'X';
     }
+    if (relayed) relayed->inc(batch.size());
     if (!(co_await to.write_all(batch)).ok()) co_return;
     batch.clear();
     if (terminate) co_return;
@@ -85,6 +100,9 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
       co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
                                           upstream_parameters(startup), context.upstream_tls);
   if (!link.ok()) {
+    auto peer = client.transport().peer_address();
+    note_error_sent(context, link.error(), /*ends_session=*/true,
+                    peer ? peer->to_string() : std::string("local"));
     Bytes out;
     out = wire::encode(wire::make_error_response(link.error(), wire::Severity::kFatal));
     (void)co_await client.write(out);
@@ -96,9 +114,17 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   Bytes hello = session_hello(link->parameters, key);
   Bytes early = link->stream.reader().take_buffered();  // sent by the upstream after login
   hello.insert(hello.end(), early.begin(), early.end());
+  Counter* to_client = nullptr;
+  Counter* to_upstream = nullptr;
+  if (context.metrics) {
+    to_client =
+        &context.metrics->counter(server_metrics::kRelayedBytes, {{"direction", "to_client"}});
+    to_upstream =
+        &context.metrics->counter(server_metrics::kRelayedBytes, {{"direction", "to_upstream"}});
+  }
   if ((co_await client.write(hello)).ok()) {
-    co_await (copy_upstream_to_client(link->stream.transport(), client.transport()) ||
-              relay_client_to_upstream(client, link->stream.transport(), context.rewrite));
+    co_await (copy_upstream_to_client(link->stream.transport(), client.transport(), to_client) ||
+              relay_client_to_upstream(client, link->stream.transport(), context, to_upstream));
   }
   context.cancels.forget(key);
   link->stream.transport().close();

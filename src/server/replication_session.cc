@@ -57,6 +57,11 @@ class ReplicationSession {
   // first value of the first row (nullopt when there is none).
   upstream::awaitable<Result<std::optional<std::string>>> side_query(const std::string& sql);
   void cleanup();
+  // Counts (and logs, when it ends the session) an error about to be sent to the client.
+  void note_error(const Error& error, bool ends_session) {
+    auto peer = client_.transport().peer_address();
+    note_error_sent(context_, error, ends_session, peer ? peer->to_string() : std::string("local"));
+  }
 
   upstream::MessageStream& client_;
   const wire::StartupMessage& startup_;
@@ -76,6 +81,7 @@ upstream::awaitable<void> ReplicationSession::run() {
   auto link = co_await upstream::connect_upstream(
       context_.upstream, std::string(startup_.database()), parameters, context_.upstream_tls);
   if (!link.ok()) {
+    note_error(link.error(), /*ends_session=*/true);
     Bytes fatal = wire::encode(wire::make_error_response(link.error(), wire::Severity::kFatal));
     (void)co_await client_.write(fatal);
     co_return;
@@ -86,6 +92,7 @@ upstream::awaitable<void> ReplicationSession::run() {
   if ((co_await client_.write(hello)).ok()) {
     auto outcome = co_await command_loop();
     if (!outcome.ok()) {
+      note_error(outcome.error(), /*ends_session=*/true);
       Bytes fatal =
           wire::encode(wire::make_error_response(outcome.error(), wire::Severity::kFatal));
       (void)co_await client_.write(fatal);
@@ -125,6 +132,7 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
         }
         auto command = pgoutput::parse_replication_command(query->sql);
         if (!command.ok()) {
+          note_error(command.error(), /*ends_session=*/false);
           append_error(out, command.error());
         } else {
           for (const auto& notice : command->notices) {
@@ -136,6 +144,7 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
             if (done.error().sqlstate == "08006" || done.error().sqlstate == "57P01") {
               co_return done.error();
             }
+            note_error(done.error(), /*ends_session=*/false);
             append_error(out, done.error());
           }
         }
@@ -156,9 +165,11 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
       case 'H':
       case 'F':
         if (!skip_to_sync) {
-          append_error(out, Error::protocol(
-                                "extended query protocol not supported in a replication connection",
-                                "Use the simple query protocol on replication connections."));
+          const Error refused =
+              Error::protocol("extended query protocol not supported in a replication connection",
+                              "Use the simple query protocol on replication connections.");
+          note_error(refused, /*ends_session=*/false);
+          append_error(out, refused);
           skip_to_sync = true;
         }
         break;
@@ -473,6 +484,11 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   if (auto app = startup_.find("application_name")) params.info.application_name = *app;
   if (auto peer = client_.transport().peer_address()) params.info.client_addr = peer->to_string();
   params.info.backend_start = log::now_pg_micros();
+  log_to(context_.logger, LogLevel::kInfo, "starting logical decoding for slot",
+         {{"slot", name},
+          {"start_lsn", command.start.to_string()},
+          {"user", user_.name},
+          {"application_name", params.info.application_name}});
   auto streamed = co_await run_walsender(client_, hub_, std::move(params));
   (void)hub_.slots().release(name);
   (void)hub_.slots().flush();

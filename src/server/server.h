@@ -12,7 +12,8 @@ namespace pgrelay::server {
 
 class Server {
  public:
-  Server(asio::io_context& io, ServerContext& context) : io_(io), context_(context) {}
+  // Registers the server's metrics (when context.metrics is set) so they read 0 from the start.
+  Server(asio::io_context& io, ServerContext& context);
 
   // Binds and listens now, so errors (address in use, bad host) come back as values. May be
   // called more than once (several addresses).

@@ -28,4 +28,30 @@ std::optional<wire::BackendKeyData> CancelRegistry::lookup(int pid, int secret) 
   return it->second;
 }
 
+void note_error_sent(ServerContext& context, const Error& error, bool ends_session,
+                     std::string_view host) {
+  std::string_view code = error.sqlstate;
+  count(context.metrics, server_metrics::kErrorsSent, {{"sqlstate", error.sqlstate}});
+  if (ends_session && code == sqlstate::kProtocolViolation) {
+    count(context.metrics, server_metrics::kProtocolErrors);
+  }
+  Logger* logger = context.logger;
+  if (logger == nullptr || code.starts_with("28")) return;
+  if (code.starts_with("XX")) {
+    logger->error("internal error sent to a client", {{"error", error.message},
+                                                      {"sqlstate", code},
+                                                      {"host", host},
+                                                      {"session_closed", ends_session}});
+  } else if (!ends_session) {
+    log_to(logger, LogLevel::kDebug, "error sent to a client",
+           {{"error", error.message}, {"sqlstate", code}, {"host", host}});
+  } else if (code == sqlstate::kProtocolViolation) {
+    logger->warning("session closed for a protocol violation",
+                    {{"error", error.message}, {"host", host}});
+  } else {
+    log_to(logger, LogLevel::kInfo, "session closed with an error",
+           {{"error", error.message}, {"sqlstate", code}, {"host", host}});
+  }
+}
+
 }  // namespace pgrelay::server

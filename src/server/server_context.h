@@ -10,7 +10,9 @@
 #include <string>
 #include <string_view>
 
+#include "base/logger.h"
 #include "server/auth.h"
+#include "server/metrics.h"
 #include "server/replication_hub.h"
 #include "upstream/upstream_config.h"
 #include "wire/backend_messages.h"
@@ -51,6 +53,19 @@ struct ServerContext {
   SqlRewrite rewrite;
   CancelRegistry cancels;
   ReplicationSettings settings;
+  // Both optional (null: nothing is logged, nothing counted). When set, they must outlive the
+  // io_context the sessions run on (declare them before it): a session's frame destroyed with
+  // the io_context still logs its disconnection and updates the open-sessions gauge.
+  Logger* logger = nullptr;
+  Metrics* metrics = nullptr;
 };
+
+// Accounts for an ErrorResponse pgrelay itself sends a client (not one the upstream sends
+// through a session): counted by SQLSTATE. One that ends the session is logged: a protocol
+// violation as a warning (and counted as a session closed for it), others at info. Internal
+// errors (class XX) are logged as errors whether or not the session ends.
+// Authentication failures are the caller's to log. `host` is the client's address, if known.
+void note_error_sent(ServerContext& context, const Error& error, bool ends_session,
+                     std::string_view host = {});
 
 }  // namespace pgrelay::server

@@ -79,10 +79,9 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
             break;
           }
         }
-        if (status->reply_requested) {
-          state->reply_requested = true;
-          state->wake.cancel();
-        }
+        // Wake the sender: to answer, or to show the new positions in pg_stat_replication.
+        if (status->reply_requested) state->reply_requested = true;
+        state->wake.cancel();
       } else {
         state->last_reply = Clock::now();  // hot standby feedback: alive, nothing to apply
       }
@@ -281,6 +280,14 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       }
       info.sent = sent;
       info.state = caught_up ? "streaming" : "catchup";
+      info.write = state->write;
+      info.flush = state->flush;
+      info.replay = state->apply;
+      info.reply_time = state->reply_time;
+      hub.update_walsender(info);
+    } else if (info.write != state->write || info.flush != state->flush ||
+               info.replay != state->apply) {
+      // A standby status came: pg_stat_replication shows it at once, as Postgres's does.
       info.write = state->write;
       info.flush = state->flush;
       info.replay = state->apply;

@@ -578,6 +578,25 @@ Status VirtualCatalog::remove_slot(std::string_view slot_name) {
              {std::string(slot_name)});
 }
 
+Status VirtualCatalog::retain_slots(const std::vector<std::string>& slot_names) {
+  auto s = quote_identifier(conn_, schema_);
+  if (!s.ok()) return s.error();
+  // A text[] literal: each element double-quoted, with " and \ escaped.
+  std::string array = "{";
+  for (const auto& name : slot_names) {
+    if (array.size() > 1) array += ',';
+    array += '"';
+    for (char c : name) {
+      if (c == '"' || c == '\\') array += '\\';
+      array += c;
+    }
+    array += '"';
+  }
+  array += '}';
+  return run(conn_, "DELETE FROM " + *s + ".catalog_slots WHERE slot_name <> ALL ($1::text[])",
+             {array});
+}
+
 Status VirtualCatalog::set_walsenders(const std::vector<WalsenderRow>& walsenders) {
   auto s = quote_identifier(conn_, schema_);
   if (!s.ok()) return s.error();

@@ -104,6 +104,9 @@ class VirtualCatalog {
 
   Status upsert_slot(const SlotRow& slot);
   Status remove_slot(std::string_view slot_name);
+  // Removes every mirrored slot not named here: rows left by a run that ended before it could
+  // remove them (a slot dropped while pgrelay was stopped).
+  Status retain_slots(const std::vector<std::string>& slot_names);
   // Replaces all walsender rows.
   Status set_walsenders(const std::vector<WalsenderRow>& walsenders);
   // pgrelay's log head: pg_current_wal_*lsn() answer at least this.

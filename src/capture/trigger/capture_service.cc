@@ -23,17 +23,20 @@ CaptureService::CaptureService(CaptureServiceOptions options, log::ChangeLog& lo
 
 Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOptions options,
                                                               log::ChangeLog& log) {
+  InstallReport report;
   if (options.install_on_start) {
     options.poller.schema = options.install.schema;
     auto session = PgSession::connect(options.poller.conninfo);
     if (!session.ok()) return session.error();
     auto installed = install(**session, options.install);
     if (!installed.ok()) return installed.error();
+    report = *installed;
   }
   if (options.min_poll.count() <= 0) options.min_poll = std::chrono::milliseconds(1);
   options.max_poll = std::max(options.max_poll, options.min_poll);
   options.reconnect_max = std::max(options.reconnect_max, options.reconnect_min);
   std::unique_ptr<CaptureService> svc(new CaptureService(std::move(options), log));
+  svc->install_report_ = std::move(report);
   if (pipe2(svc->wake_fds_, O_NONBLOCK | O_CLOEXEC) != 0) {
     return Error::make(sqlstate::kInternalError, "could not create the capture wake-up pipe");
   }
@@ -77,8 +80,8 @@ Status CaptureService::connect() {
   // A transaction that ran NOTIFY cannot be prepared (0A000), so where the upstream allows
   // prepared transactions the triggers must never notify: the service then never raises the
   // wakeup flag (lowering it if an earlier run left it up) and polls instead.
-  auto prepared = (*listener)->exec(
-      "SELECT pg_catalog.current_setting('max_prepared_transactions')::int > 0");
+  auto prepared =
+      (*listener)->exec("SELECT pg_catalog.current_setting('max_prepared_transactions')::int > 0");
   if (!prepared.ok()) return prepared.error();
   notify_allowed_ = prepared->value(0, 0) != "t";
   poller_ = std::move(*poller);

@@ -98,6 +98,8 @@ class CaptureService {
     std::string last_error;
   };
   Stats stats() const;
+  // What install_on_start installed (default-constructed without it).
+  const InstallReport& install_report() const { return install_report_; }
 
  private:
   CaptureService(CaptureServiceOptions options, log::ChangeLog& log);
@@ -115,6 +117,7 @@ class CaptureService {
 
   CaptureServiceOptions options_;
   log::ChangeLog& log_;
+  InstallReport install_report_;
   std::unique_ptr<TriggerPoller> poller_;
   std::unique_ptr<PgSession> listener_;
   bool notify_allowed_ = true;  // false where prepared transactions are possible (see connect)

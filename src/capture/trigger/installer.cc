@@ -41,7 +41,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 CREATE OR REPLACE FUNCTION @S.remove_table(p_relid pg_catalog.oid) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $fn$
 DECLARE
   tbl text;
 BEGIN
@@ -65,7 +65,7 @@ $fn$;
 -- for another layout version or other operations. Returns the current version (NULL when the
 -- table is not captured or no longer exists).
 CREATE OR REPLACE FUNCTION @S.refresh_table(p_relid pg_catalog.oid) RETURNS int4
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET client_min_messages = warning AS $fn$
 DECLARE
   cap record;
   cur record;
