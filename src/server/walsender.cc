@@ -188,6 +188,38 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
   co_return Status{};
 }
 
+// A consumer far behind (a new slot on a long log, or back after a while) takes time to catch
+// up: say how far it is every 10 s, and when it is done.
+struct CatchUpProgress {
+  Clock::time_point started;
+  Clock::time_point last_report;
+  bool reported = false;
+};
+
+void report_catch_up(CatchUpProgress& progress, const WalsenderParams& params, Lsn sent, Lsn head,
+                     bool caught_up, Clock::time_point now) {
+  if (params.logger == nullptr) return;
+  if (caught_up) {
+    if (progress.reported) {
+      auto seconds = std::chrono::duration<double>(now - progress.started).count();
+      params.logger->info("consumer caught up",
+                          {{"slot", params.slot}, {"lsn", sent.to_string()}, {"seconds", seconds}});
+      progress.reported = false;
+    }
+    progress.started = now;
+    progress.last_report = now;
+    return;
+  }
+  if (now - progress.last_report < std::chrono::seconds(10)) return;
+  progress.last_report = now;
+  progress.reported = true;
+  std::uint64_t behind = head.value() > sent.value() ? head.value() - sent.value() : 0;
+  params.logger->info("consumer catching up", {{"slot", params.slot},
+                                               {"sent_lsn", sent.to_string()},
+                                               {"head_lsn", head.to_string()},
+                                               {"behind_bytes", behind}});
+}
+
 }  // namespace
 
 upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
@@ -229,6 +261,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   Clock::time_point last_ping = Clock::time_point::min();
   std::optional<Clock::time_point> stop_deadline;
   StreamEnd ended = StreamEnd::kConsumerDone;
+  CatchUpProgress progress;
+  progress.started = Clock::now();
+  progress.last_report = progress.started;
   Bytes out;
   Status outcome;
   for (;;) {
@@ -264,6 +299,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     }
     if (!outcome.ok()) break;
     auto now = Clock::now();
+    report_catch_up(progress, params, sent, hub.log().last_end_lsn(), caught_up, now);
     bool ping = params.timeout.count() > 0 && now - state->last_reply >= params.timeout / 2 &&
                 last_ping < state->last_reply;
     if (state->reply_requested || ping || (caught_up && out.empty() && info.sent != sent)) {

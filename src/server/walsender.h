@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "base/logger.h"
 #include "log/change_view.h"
 #include "pgoutput/options.h"
 #include "server/replication_hub.h"
@@ -22,7 +23,8 @@ struct WalsenderParams {
   // Postgres's wal_sender_timeout: a consumer silent this long is disconnected; a keepalive
   // asking for a reply goes out at half of it. Zero disables both.
   std::chrono::milliseconds timeout{60000};
-  WalsenderInfo info;  // pid, user, application name... for pg_stat_replication
+  WalsenderInfo info;        // pid, user, application name... for pg_stat_replication
+  Logger* logger = nullptr;  // progress of a consumer catching up; null: silent
 };
 
 enum class StreamEnd {
