@@ -9,6 +9,7 @@
 #include "cli/admin_commands.h"
 #include "cli/doctor_command.h"
 #include "cli/log_commands.h"
+#include "cli/recv_command.h"
 #include "cli/serve_command.h"
 #include "cli/version.h"
 
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
   stat_cmd->add_flag("--json", stat_options.json, "Print one JSON object instead of text");
   commands.push_back({stat_cmd, [&] { return pgrelay::cli::run_log_stat(stat_options); }});
 
+  commands.push_back(pgrelay::cli::add_recv_command(app));
   commands.push_back(pgrelay::cli::add_doctor_command(app));
   commands.push_back(pgrelay::cli::add_status_command(app));
   commands.push_back(pgrelay::cli::add_slots_command(app));
