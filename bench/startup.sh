@@ -23,11 +23,12 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 
 # Milliseconds from starting pgrelay in $1 to its ready line; then stops it.
 pgrelay_start_ms() {
-  local dir=$1 fifo="$work/ready.fifo" t0 t1 pid line
+  local dir=$1 fifo="$work/ready.fifo" t0 t1 pid line port
   rm -f "$fifo"
   mkfifo "$fifo"
+  port=$(free_port)
   t0=$(now_ms)
-  (cd "$dir" && exec "$PGRELAY" --listen "127.0.0.1:$(free_port)" >"$fifo" 2>>"$work/pgrelay.log") &
+  (cd "$dir" && exec "$PGRELAY" --listen "127.0.0.1:$port" >"$fifo" 2>>"$work/pgrelay.log") &
   pid=$!
   read -r line <"$fifo" || true
   t1=$(now_ms)
