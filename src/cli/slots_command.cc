@@ -78,14 +78,18 @@ Result<std::unique_ptr<capture::PgSession>> reach_server(const admin::Target& ta
   return session;
 }
 
+// Whether a server runs on the data directory, which must exist.
+Result<admin::ServerState> probe_data_dir(const std::string& dir) {
+  if (!log::path_exists(dir)) {
+    return Error::make(sqlstate::kUndefinedObject, "data directory \"" + dir + "\" does not exist",
+                       "Pass -D with the --data-dir that pgrelay serve uses.");
+  }
+  return admin::probe_server(dir);
+}
+
 int run_list(const SlotsOptions& options) {
   const std::string& dir = options.target.data_dir;
-  if (!log::path_exists(dir)) {
-    return admin::fail(Error::make(sqlstate::kUndefinedObject,
-                                   "data directory \"" + dir + "\" does not exist",
-                                   "Pass -D with the --data-dir that pgrelay serve uses."));
-  }
-  auto server = admin::probe_server(dir);
+  auto server = probe_data_dir(dir);
   if (!server.ok()) return admin::fail(server.error());
   auto relay = reach_server(options.target, *server, "pgrelay slots");
   std::vector<std::string> warnings;
@@ -218,13 +222,7 @@ int drop_offline(const SlotsOptions& options) {
 }
 
 int run_drop(const SlotsOptions& options) {
-  const std::string& dir = options.target.data_dir;
-  if (!log::path_exists(dir)) {
-    return admin::fail(Error::make(sqlstate::kUndefinedObject,
-                                   "data directory \"" + dir + "\" does not exist",
-                                   "Pass -D with the --data-dir that pgrelay serve uses."));
-  }
-  auto server = admin::probe_server(dir);
+  auto server = probe_data_dir(options.target.data_dir);
   if (!server.ok()) return admin::fail(server.error());
   auto relay = reach_server(options.target, *server, "pgrelay slots");
   if (!relay.ok()) return admin::fail(relay.error());
