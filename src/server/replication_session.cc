@@ -485,6 +485,7 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   if (auto peer = client_.transport().peer_address()) params.info.client_addr = peer->to_string();
   params.info.backend_start = log::now_pg_micros();
   params.logger = context_.logger;
+  params.progress_interval = context_.settings.catch_up_report_interval;
   log_to(context_.logger, LogLevel::kInfo, "starting logical decoding for slot",
          {{"slot", name},
           {"start_lsn", command.start.to_string()},

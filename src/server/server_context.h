@@ -24,6 +24,8 @@ struct ReplicationSettings {
   std::chrono::milliseconds wal_sender_timeout{60000};
   int max_wal_senders = 10;
   int max_replication_slots = 10;
+  // How often a walsender behind the log head logs its progress.
+  std::chrono::milliseconds catch_up_report_interval{10000};
 };
 
 // Maps the cancel keys pgrelay hands out to what they cancel.

@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 // Flush the write buffer at this size so memory stays bounded however far behind a consumer is.
 constexpr std::size_t kWriteChunk = 256 * 1024;
+constexpr int kEntriesPerPass = 4096;
 
 struct WalsenderState {
   explicit WalsenderState(asio::any_io_executor executor) : wake(executor) {}
@@ -144,18 +145,22 @@ void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t sen
 
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view, else encoded here and offered to the cache. Frames collect in `out`,
-// written whenever it passes kWriteChunk; an entry larger than kMaxCachedEntry is streamed
-// without being kept, so a huge transaction never sits in memory whole.
+// written whenever it passes kWriteChunk, and `produced` grows by their size; an entry larger
+// than kMaxCachedEntry is streamed without being kept, so a huge transaction never sits in
+// memory whole.
 constexpr std::size_t kMaxCachedEntry = 4u << 20;
 
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
                                        const std::string& view_key, log::Cursor& cursor,
                                        const log::EntryMeta& meta, log::ChangeView& view,
-                                       SessionRelations& relations, Bytes& out) {
+                                       SessionRelations& relations, Bytes& out,
+                                       std::size_t& produced) {
   std::int64_t send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
   if (auto cached = hub.encoded_cache().find(view_key, meta.end_lsn)) {
     for (const auto& m : cached->messages) {
+      std::size_t before = out.size();
       emit(m, relations, send_time, out);
+      produced += out.size() - before;
       if (out.size() >= kWriteChunk) {
         PGRELAY_CO_TRY(co_await client.write(out));
         out.clear();
@@ -172,7 +177,9 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     if (!next.ok()) co_return next.error();
     if (!next->has_value()) break;
     EncodedMessage& m = **next;
+    std::size_t before = out.size();
     emit(m, relations, send_time, out);
+    produced += out.size() - before;
     if (built) {
       built->bytes += m.payload.size() + sizeof(EncodedMessage);
       built->messages.push_back(std::move(m));
@@ -189,7 +196,7 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
 }
 
 // A consumer far behind (a new slot on a long log, or back after a while) takes time to catch
-// up: say how far it is every 10 s, and when it is done.
+// up: say how far it is every params.progress_interval, and when it is done.
 struct CatchUpProgress {
   Clock::time_point started;
   Clock::time_point last_report;
@@ -210,7 +217,7 @@ void report_catch_up(CatchUpProgress& progress, const WalsenderParams& params, L
     progress.last_report = now;
     return;
   }
-  if (now - progress.last_report < std::chrono::seconds(10)) return;
+  if (now - progress.last_report < params.progress_interval) return;
   progress.last_report = now;
   progress.reported = true;
   std::uint64_t behind = head.value() > sent.value() ? head.value() - sent.value() : 0;
@@ -272,9 +279,12 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       break;
     }
     if (state->copy_done || (state->reader_finished && !state->stopping)) break;
-    // Read what the log has, a chunk at a time.
+    // Read what the log has, a chunk at a time: between chunks, the consumer's messages,
+    // termination and progress are looked at even while a long backlog streams.
     bool caught_up = false;
-    while (out.size() < kWriteChunk) {
+    // Entries the view filters out produce nothing, hence the bound on entries as well.
+    std::size_t produced = 0;
+    for (int scanned = 0; produced < kWriteChunk && scanned < kEntriesPerPass; ++scanned) {
       auto meta = (*cursor)->next_entry();
       if (!meta.ok()) {
         outcome = meta.error();
@@ -289,8 +299,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended =
-          co_await send_entry(client, hub, params.view_key, **cursor, m, view, relations, out);
+      auto appended = co_await send_entry(client, hub, params.view_key, **cursor, m, view,
+                                          relations, out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
         break;

@@ -25,6 +25,7 @@ struct WalsenderParams {
   std::chrono::milliseconds timeout{60000};
   WalsenderInfo info;        // pid, user, application name... for pg_stat_replication
   Logger* logger = nullptr;  // progress of a consumer catching up; null: silent
+  std::chrono::milliseconds progress_interval{10000};  // between "consumer catching up" lines
 };
 
 enum class StreamEnd {

@@ -2,9 +2,13 @@
 // exported snapshots, START_REPLICATION with pgoutput, standby status, resume and errors.
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/logger.h"
 #include "log/transaction.h"
 #include "pgoutput/decoder.h"
 #include "server_fixture.h"
@@ -31,28 +35,43 @@ pgoutput::Relation relation(pgoutput::Oid oid, const std::string& name) {
   return rel;
 }
 
-// Appends one transaction inserting (id, note) into `table`; returns its end LSN.
+// Appends `count` transactions, each inserting one (id, note) into `table` with ids from
+// `first_id` and a note of at least `note_bytes`, in one batch; returns the last end LSN.
+Lsn append_inserts(log::ChangeLog& log, pgoutput::Oid oid, const std::string& table, int first_id,
+                   std::uint32_t first_xid, int count = 1, std::size_t note_bytes = 0) {
+  std::vector<log::EncodedEntry> encoded;
+  Lsn base = std::max(log.last_end_lsn(), Lsn(0x1000000));
+  for (int i = 0; i < count; ++i) {
+    base = base + 0x100 + note_bytes;
+    int id = first_id + i;
+    log::Transaction txn;
+    txn.header.begin_lsn = base;
+    txn.header.commit_lsn = base + 0x40;
+    txn.header.end_lsn = base + 0x48;
+    txn.header.commit_time = 1000000 + id;
+    txn.header.xid = first_xid + static_cast<std::uint32_t>(i);
+    txn.changes.push_back({base + 8, relation(oid, table)});
+    pgoutput::Insert insert;
+    insert.relation_oid = oid;
+    std::string note = "row " + std::to_string(id);
+    note.resize(std::max(note.size(), note_bytes), '.');
+    insert.new_tuple.columns = {pgoutput::TupleValue::text(std::to_string(id)),
+                                pgoutput::TupleValue::text(note)};
+    txn.changes.push_back({base + 16, insert});
+    auto one = log::encode_transaction(txn);
+    EXPECT_TRUE(one.ok()) << one.error().message;
+    encoded.push_back(std::move(*one));
+  }
+  std::vector<log::PendingEntry> pending;
+  for (const auto& e : encoded) pending.push_back(e.pending());
+  auto appended = log.append(pending);
+  EXPECT_TRUE(appended.ok()) << appended.error().message;
+  return log.last_end_lsn();
+}
+
 Lsn append_insert(log::ChangeLog& log, pgoutput::Oid oid, const std::string& table, int id,
                   std::uint32_t xid) {
-  Lsn base = std::max(log.last_end_lsn(), Lsn(0x1000000)) + 0x100;
-  log::Transaction txn;
-  txn.header.begin_lsn = base;
-  txn.header.commit_lsn = base + 0x40;
-  txn.header.end_lsn = base + 0x48;
-  txn.header.commit_time = 1000000 + id;
-  txn.header.xid = xid;
-  txn.changes.push_back({base + 8, relation(oid, table)});
-  pgoutput::Insert insert;
-  insert.relation_oid = oid;
-  insert.new_tuple.columns = {pgoutput::TupleValue::text(std::to_string(id)),
-                              pgoutput::TupleValue::text("row " + std::to_string(id))};
-  txn.changes.push_back({base + 16, insert});
-  auto encoded = log::encode_transaction(txn);
-  EXPECT_TRUE(encoded.ok()) << encoded.error().message;
-  auto pending = encoded->pending();
-  auto appended = log.append(std::span(&pending, 1));
-  EXPECT_TRUE(appended.ok()) << appended.error().message;
-  return txn.header.end_lsn;
+  return append_inserts(log, oid, table, id, xid);
 }
 
 class ReplicationTest : public ::testing::Test {
@@ -319,6 +338,78 @@ TEST_F(ReplicationTest, TemporarySlotDiesWithItsSession) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_FALSE(relay_->slots().get("s_temp").has_value());
+}
+
+// A consumer starting far behind the head is told in the log how far behind it is while it
+// catches up, and when it has caught up (here at every chunk sent instead of every 10 s).
+TEST_F(ReplicationTest, CatchUpProgressIsLogged) {
+  std::mutex mu;
+  std::vector<nlohmann::json> lines;
+  LoggerOptions log_options;
+  log_options.format = LogFormat::kJson;
+  log_options.sink = [&](std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.push_back(nlohmann::json::parse(line));
+  };
+  Logger logger(log_options);
+  auto with_message = [&](const std::string& message) {
+    std::lock_guard lock(mu);
+    std::vector<nlohmann::json> found;
+    for (const auto& line : lines) {
+      if (line["message"] == message) found.push_back(line);
+    }
+    return found;
+  };
+
+  PGconn* conn = replication_connection();
+  PGresult* res =
+      PQexec(conn, "CREATE_REPLICATION_SLOT \"s_catch_up\" LOGICAL pgoutput (SNAPSHOT 'nothing')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  PQclear(res);
+  // About 1.5 MB of pgoutput: several of the walsender's write chunks.
+  constexpr int kTransactions = 3000;
+  Lsn head = append_inserts(relay_->log(), 16384, "t1", 20000, 20000, kTransactions, 300);
+  // Set while nothing streams; the walsender reads both when it starts.
+  relay_->context().logger = &logger;
+  relay_->context().settings.catch_up_report_interval = std::chrono::milliseconds(0);
+  res = PQexec(conn,
+               "START_REPLICATION SLOT \"s_catch_up\" LOGICAL 0/0 (proto_version '1', "
+               "publication_names 'pub1')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+  PQclear(res);
+  Received got = receive(conn, kTransactions, std::chrono::seconds(60));
+  EXPECT_EQ(std::count_if(got.messages.begin(), got.messages.end(),
+                          [](const pgoutput::Message& m) {
+                            return std::holds_alternative<pgoutput::Commit>(m);
+                          }),
+            kTransactions);
+  for (int i = 0; i < 500 && with_message("consumer caught up").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PQfinish(conn);
+  for (int i = 0; i < 500 && relay_->session_count() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(relay_->session_count(), 0u);
+  relay_->context().logger = nullptr;
+  relay_->context().settings.catch_up_report_interval = std::chrono::seconds(10);
+
+  auto behind = with_message("consumer catching up");
+  ASSERT_GE(behind.size(), 2u);
+  EXPECT_EQ(behind.front()["slot"], "s_catch_up");
+  EXPECT_EQ(behind.front()["head_lsn"], head.to_string());
+  std::uint64_t previous = UINT64_MAX;
+  for (const auto& line : behind) {  // shrinks as the consumer catches up
+    auto bytes = line["behind_bytes"].get<std::uint64_t>();
+    EXPECT_GT(bytes, 0u);
+    EXPECT_LT(bytes, previous);
+    previous = bytes;
+  }
+  auto done = with_message("consumer caught up");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]["slot"], "s_catch_up");
+  EXPECT_EQ(done[0]["lsn"], head.to_string());
+  EXPECT_GE(done[0]["seconds"].get<double>(), 0.0);
 }
 
 }  // namespace
