@@ -641,8 +641,9 @@ int run_serve(const ServeOptions& options) {
     logger.info("serving metrics", {{"address", options.metrics}, {"path", "/metrics"}});
   }
 
-  // Shutdown: stop accepting, let walsenders end their streams with CopyDone, then close
-  // what is left and stop.
+  // Shutdown: stop accepting, let walsenders end their streams with CopyDone and pass-through
+  // sessions finish the reply in flight (then FATAL 57P01, as Postgres), close what is left
+  // after a few seconds, and stop.
   asio::signal_set signals(io, SIGINT, SIGTERM);
   asio::steady_timer shutdown_timer(io);
   std::function<void()> wait_for_sessions;
@@ -662,8 +663,8 @@ int run_serve(const ServeOptions& options) {
     logger.info("shutting down", {{"sessions", server.session_count()}});
     server.stop_accepting();
     hub.stop_all();
+    context.shutdown.trigger();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-    // Pass-through sessions have no stream to end: close them once walsenders are done.
     wait_for_sessions();
   });
 

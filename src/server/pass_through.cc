@@ -1,15 +1,20 @@
 // Ordinary sessions: relays a client to its own upstream backend, rewriting catalog queries.
 //
-// Upstream to client is a byte copy: nothing the upstream says needs changing after login.
-// Client to upstream goes frame by frame, because a Query or Parse naming a virtualized catalog
-// object is rewritten; every other frame is forwarded as it came, in batches.
+// Upstream to client is a byte copy, followed message by message only through the headers:
+// that tells when a reply is complete (for a clean end at shutdown), and lets one upstream
+// notice be dropped (below). Client to upstream goes frame by frame, because a Query or Parse
+// naming a virtualized catalog object is rewritten; every other frame is forwarded as it
+// came, in batches.
 #include "server/pass_through.h"
 
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <cstring>
 
 #include "server/command_result.h"
 #include "server/session_start.h"
 #include "upstream/upstream_login.h"
+#include "wire/backend_stream_filter.h"
 #include "wire/frontend_messages.h"
 
 namespace pgrelay::server {
@@ -18,17 +23,104 @@ namespace {
 using namespace asio::experimental::awaitable_operators;
 
 constexpr std::size_t kBatchBytes = 64 * 1024;
+constexpr std::size_t kCopyBufferBytes = 64 * 1024;
+static_assert(kCopyBufferBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
+
+// CREATE PUBLICATION warns "wal_level is insufficient to publish logical changes" on an
+// upstream without wal_level=logical. Through pgrelay, publications do work and wal_level
+// reads 'logical', so the warning would be false: it is dropped. Matched on the fields that
+// are not translated (severity, SQLSTATE, routine), so lc_messages does not matter.
+bool is_false_wal_level_warning(ByteView body) {
+  auto notice = wire::parse_notice_response(body);
+  return notice.ok() && notice->severity() == "WARNING" && notice->sqlstate() == "55000" &&
+         notice->find(wire::error_field::kRoutine) == std::string_view("CreatePublication");
+}
+
+// What the two directions of one session know of each other, on the session's thread.
+struct RelayState {
+  wire::BackendStreamFilter from_upstream{is_false_wal_level_warning};
+  std::uint64_t replies_expected = 0;  // Query, Sync and FunctionCall frames forwarded
+  bool unsynced = false;               // extended-protocol frames forwarded since the last Sync
+  bool draining = false;               // the server is shutting down
+  bool woken = false;  // `wake` was cancelled on purpose (not by the session ending)
+
+  // No reply the client waits for is still to come.
+  bool idle() const {
+    return !unsynced && from_upstream.ready_for_query_count() >= replies_expected &&
+           from_upstream.at_message_boundary();
+  }
+  void count_client_frame(char tag) {
+    switch (tag) {
+      case 'Q':
+      case 'F':
+        ++replies_expected;
+        break;
+      case 'S':
+        ++replies_expected;
+        unsynced = false;
+        break;
+      case 'P':
+      case 'B':
+      case 'E':
+      case 'D':
+      case 'C':
+      case 'H':
+        unsynced = true;
+        break;
+      default:
+        break;
+    }
+  }
+};
+
+void wake_up(RelayState& state, asio::steady_timer& wake) {
+  state.woken = true;
+  wake.cancel();
+}
+
+// Forwards `buffer[0, filled)` through the filter and keeps what it holds back at the front.
+upstream::awaitable<Result<std::size_t>> forward_chunk(RelayState& state, Bytes& buffer,
+                                                       std::size_t filled,
+                                                       upstream::Transport& to) {
+  auto pass = state.from_upstream.process(std::span(buffer.data(), filled));
+  if (pass.send > 0) PGRELAY_CO_TRY(co_await to.write_all(ByteView(buffer.data(), pass.send)));
+  std::memmove(buffer.data(), buffer.data() + pass.send, pass.keep);
+  co_return pass.keep;
+}
 
 // `relayed` (optional) counts the bytes: one atomic add per read, nothing more on this path.
 upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
-                                                  upstream::Transport& to, Counter* relayed) {
-  std::vector<std::uint8_t> buffer(64 * 1024);
+                                                  upstream::Transport& to, Bytes buffer,
+                                                  std::size_t kept, RelayState& state,
+                                                  asio::steady_timer& wake, Counter* relayed) {
   for (;;) {
-    auto n = co_await from.read_some(asio::buffer(buffer));
+    auto n = co_await from.read_some(asio::buffer(buffer.data() + kept, buffer.size() - kept));
     if (!n.ok()) co_return;
     if (relayed) relayed->inc(*n);
-    if (!(co_await to.write_all(ByteView(buffer.data(), *n))).ok()) co_return;
+    auto held = co_await forward_chunk(state, buffer, kept + *n, to);
+    if (!held.ok()) co_return;
+    kept = *held;
+    if (state.draining && state.idle()) wake_up(state, wake);
   }
+}
+
+// Ends the session once the server is shutting down and no reply is in flight, with the
+// FATAL a Postgres backend sends when its server shuts down.
+upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelayState& state,
+                                        asio::steady_timer& wake) {
+  for (;;) {
+    if (!state.woken) {
+      co_await wake.async_wait(upstream::kAsTuple);
+      if (!state.woken) co_return;  // the session ended first
+    }
+    state.woken = false;
+    if (state.draining && state.idle()) break;
+    wake.expires_at(asio::steady_timer::time_point::max());
+  }
+  Error shutdown =
+      Error::make(sqlstate::kAdminShutdown, "terminating connection due to administrator command");
+  (void)co_await client.write(
+      wire::encode(wire::make_error_response(shutdown, wire::Severity::kFatal)));
 }
 
 // The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
@@ -58,7 +150,8 @@ void append_client_frame(const wire::Frame& frame, const SqlRewrite& rewrite, By
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
-                                                   const ServerContext& context, Counter* relayed) {
+                                                   const ServerContext& context, RelayState& state,
+                                                   Counter* relayed) {
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
@@ -76,12 +169,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_return;
     }
     append_client_frame(*frame, rewrite, batch);
+    state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
     while (!terminate && batch.size() < kBatchBytes) {
       auto more = client.reader().next();
       if (!more.ok() || !more->has_value()) break;
       append_client_frame(**more, rewrite, batch);
+      state.count_client_frame((*more)->tag);
       terminate = (*more)->tag == 'X';
     }
     if (relayed) relayed->inc(batch.size());
@@ -111,9 +206,6 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   // The client gets the upstream backend's real pid (pg_backend_pid() agrees) and a secret of
   // ours, so a CancelRequest must come through pgrelay, which knows the upstream's secret.
   wire::BackendKeyData key = context.cancels.issue(link->key.pid, link->key);
-  Bytes hello = session_hello(link->parameters, key);
-  Bytes early = link->stream.reader().take_buffered();  // sent by the upstream after login
-  hello.insert(hello.end(), early.begin(), early.end());
   Counter* to_client = nullptr;
   Counter* to_upstream = nullptr;
   if (context.metrics) {
@@ -122,11 +214,37 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
     to_upstream =
         &context.metrics->counter(server_metrics::kRelayedBytes, {{"direction", "to_upstream"}});
   }
-  if ((co_await client.write(hello)).ok()) {
-    co_await (copy_upstream_to_client(link->stream.transport(), client.transport(), to_client) ||
-              relay_client_to_upstream(client, link->stream.transport(), context, to_upstream));
+  // What the upstream sent after its login goes through the filter like the rest: it may end
+  // anywhere, even inside a message.
+  RelayState state;
+  Bytes buffer = link->stream.reader().take_buffered();
+  std::size_t kept = buffer.size();
+  buffer.resize(std::max(kCopyBufferBytes, kept + kCopyBufferBytes / 2));
+  asio::steady_timer wake(co_await asio::this_coro::executor,
+                          asio::steady_timer::time_point::max());
+  auto token = context.shutdown.subscribe([&] {
+    state.draining = true;
+    wake_up(state, wake);
+  });
+  bool greeted = (co_await client.write(session_hello(link->parameters, key))).ok();
+  if (greeted) {
+    auto held = co_await forward_chunk(state, buffer, kept, client.transport());
+    greeted = held.ok();
+    if (greeted) kept = *held;
   }
+  if (greeted) {
+    co_await (
+        copy_upstream_to_client(link->stream.transport(), client.transport(), std::move(buffer),
+                                kept, state, wake, to_client) ||
+        relay_client_to_upstream(client, link->stream.transport(), context, state, to_upstream) ||
+        end_when_idle(client, state, wake));
+  }
+  context.shutdown.unsubscribe(token);
   context.cancels.forget(key);
+  if (state.draining) {
+    // End the upstream backend's session as a client would, not with a lost connection.
+    (void)co_await link->stream.write(upstream::encode_frame('X', {}));
+  }
   link->stream.transport().close();
 }
 

@@ -141,7 +141,8 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
           auto done = co_await execute(*command, out);
           if (!done.ok()) {
             if (done.error().sqlstate == kQuietClose) co_return Status{};
-            if (done.error().sqlstate == "08006" || done.error().sqlstate == "57P01") {
+            if (done.error().sqlstate == "08006" ||
+                done.error().sqlstate == sqlstate::kAdminShutdown) {
               co_return done.error();
             }
             note_error(done.error(), /*ends_session=*/false);

@@ -14,6 +14,7 @@
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/replication_hub.h"
+#include "server/shutdown_signal.h"
 #include "upstream/upstream_config.h"
 #include "wire/backend_messages.h"
 
@@ -54,6 +55,9 @@ struct ServerContext {
   ReplicationHub* hub = nullptr;
   SqlRewrite rewrite;
   CancelRegistry cancels;
+  // Triggered on the io thread when the server shuts down: pass-through sessions then end as
+  // soon as no reply is in flight.
+  ShutdownSignal shutdown;
   ReplicationSettings settings;
   // Both optional (null: nothing is logged, nothing counted). When set, they must outlive the
   // io_context the sessions run on (declare them before it): a session's frame destroyed with

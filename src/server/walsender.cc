@@ -275,7 +275,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   Status outcome;
   for (;;) {
     if (state->terminated) {
-      outcome = Error::make("57P01", "terminating connection due to administrator command");
+      outcome = Error::make(sqlstate::kAdminShutdown,
+                            "terminating connection due to administrator command");
       break;
     }
     if (state->copy_done || (state->reader_finished && !state->stopping)) break;

@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
 // From the ASan runtime (GCC ships no header for it).
@@ -280,6 +282,98 @@ TEST_F(PassThroughTest, GarbageAndHalfPacketsCloseOnlyTheirSession) {
   EXPECT_LT(after, baseline + 1024 * 1024) << "baseline " << baseline << " after " << after;
   PgConnection fresh(relay_->conninfo());
   EXPECT_EQ(fresh.scalar("SELECT 'fresh'"), "fresh");
+}
+
+// Counts the notices a connection receives, by message.
+struct NoticeLog {
+  std::vector<std::string> messages;
+  static void receive(void* self, const PGresult* res) {
+    const char* message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    static_cast<NoticeLog*>(self)->messages.emplace_back(message ? message : "");
+  }
+};
+
+// Through pgrelay publications do work, so the upstream's "wal_level is insufficient" warning
+// on CREATE PUBLICATION is dropped; other warnings, even with the same SQLSTATE, still pass.
+TEST_F(PassThroughTest, FalseWalLevelWarningIsDroppedOtherNoticesPass) {
+  const char* setup =
+      "CREATE TABLE IF NOT EXISTS warn_t (id int primary key); DROP PUBLICATION IF EXISTS "
+      "warn_relayed; DROP PUBLICATION IF EXISTS warn_direct";
+  pg_->exec(setup);
+  pg_->exec("ALTER TABLE warn_t OWNER TO app");
+  auto notices_of = [](const std::string& conninfo, const std::string& sql) {
+    NoticeLog log;
+    PGconn* conn = PQconnectdb(conninfo.c_str());
+    EXPECT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+    PQsetNoticeReceiver(conn, &NoticeLog::receive, &log);
+    PGresult* res = PQexec(conn, sql.c_str());
+    EXPECT_EQ(PQresultStatus(res), PGRES_COMMAND_OK) << PQerrorMessage(conn);
+    PQclear(res);
+    PQfinish(conn);
+    return log.messages;
+  };
+  std::string direct = "host=127.0.0.1 port=" + std::to_string(pg_->port()) +
+                       " dbname=postgres user=app password=app-pw";
+  // The upstream does warn (so the check below can fail)...
+  auto native = notices_of(direct, "CREATE PUBLICATION warn_direct FOR TABLE warn_t");
+  ASSERT_EQ(native.size(), 1u);
+  EXPECT_EQ(native[0], "wal_level is insufficient to publish logical changes");
+  // ...but not through pgrelay, in a multi-statement query between two warnings that stay.
+  auto relayed =
+      notices_of(relay_->conninfo(),
+                 "DO $$BEGIN RAISE WARNING USING ERRCODE = '55000', MESSAGE = 'before'; END$$; "
+                 "CREATE PUBLICATION warn_relayed FOR TABLE warn_t; "
+                 "DO $$BEGIN RAISE WARNING 'after'; END$$");
+  EXPECT_EQ(relayed, (std::vector<std::string>{"before", "after"}));
+  EXPECT_EQ(pg_->exec("SELECT pubname FROM pg_publication WHERE pubname = 'warn_relayed'").size(),
+            1u);
+}
+
+// Shutdown: an idle session and one idle in a transaction end at once with FATAL 57P01 (the
+// transaction rolled back), a query in flight gets its whole reply first, then the same FATAL.
+TEST(PassThroughShutdown, InFlightRepliesFinishThenSessionsEndWithAdminShutdown) {
+  PgServer pg(replica_options());
+  RelayHarness relay(pg);
+  pg.exec("CREATE TABLE shut_t (id int); GRANT ALL ON shut_t TO app");
+  PGconn* idle = PQconnectdb(relay.conninfo().c_str());
+  PGconn* in_txn = PQconnectdb(relay.conninfo().c_str());
+  PGconn* busy = PQconnectdb(relay.conninfo().c_str());
+  for (PGconn* c : {idle, in_txn, busy}) ASSERT_EQ(PQstatus(c), CONNECTION_OK);
+  PQclear(PQexec(in_txn, "BEGIN; INSERT INTO shut_t VALUES (1)"));
+  ASSERT_EQ(PQtransactionStatus(in_txn), PQTRANS_INTRANS);
+  ASSERT_EQ(PQsendQuery(busy, "SELECT pg_sleep(1.5), 'whole reply'"), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the query reaches upstream
+  auto shutdown_at = std::chrono::steady_clock::now();
+  relay.begin_shutdown();
+
+  // The query in flight completes with its row.
+  PGresult* res = PQgetResult(busy);
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(busy);
+  EXPECT_STREQ(PQgetvalue(res, 0, 1), "whole reply");
+  PQclear(res);
+  EXPECT_GE(std::chrono::steady_clock::now() - shutdown_at, std::chrono::milliseconds(900));
+  EXPECT_EQ(PQgetResult(busy), nullptr);
+  // Then every session is told why it ends, as a Postgres backend does at shutdown.
+  for (PGconn* c : {idle, in_txn, busy}) {
+    PGresult* after = PQexec(c, "SELECT 1");
+    EXPECT_NE(PQresultStatus(after), PGRES_TUPLES_OK);
+    PQclear(after);
+    EXPECT_NE(
+        std::string(PQerrorMessage(c)).find("terminating connection due to administrator command"),
+        std::string::npos)
+        << PQerrorMessage(c);
+    PQfinish(c);
+  }
+  for (int i = 0; i < 200 && relay.session_count() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(relay.session_count(), 0u);
+  // The open transaction was rolled back by its upstream backend.
+  EXPECT_EQ(pg.exec("SELECT count(*) FROM shut_t")[0][0], "0");
+  // No new session is accepted.
+  PGconn* late = PQconnectdb(relay.conninfo().c_str());
+  EXPECT_EQ(PQstatus(late), CONNECTION_BAD);
+  PQfinish(late);
 }
 
 TEST(PassThroughTls, TlsConnectionsWork) {

@@ -125,6 +125,16 @@ class RelayHarness {
            " dbname=postgres user=app password=relay-secret " + extra;
   }
   server::ServerContext& context() { return context_; }
+  // What `pgrelay serve` does on SIGTERM before its deadline: stop accepting, tell sessions.
+  void begin_shutdown() {
+    std::promise<void> done;
+    asio::post(io_, [&] {
+      server_->stop_accepting();
+      context_.shutdown.trigger();
+      done.set_value();
+    });
+    done.get_future().get();
+  }
   // Sessions the server holds, read on its io thread.
   std::size_t session_count() {
     std::promise<std::size_t> count;
@@ -135,6 +145,8 @@ class RelayHarness {
  private:
   PgServer& pg_;
   asio::io_context io_;
+  // Keeps io_.run() going when no session or acceptor is left (after begin_shutdown()).
+  asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
   static int& port_seq() {
     static int seq = 0;
     return seq;
