@@ -1,6 +1,8 @@
 # psql through `pgrelay serve`: simple and extended (\gdesc) protocol, fastpath, transactions, COPY, errors.
 import os
+import signal
 import subprocess
+import time
 
 from e2e_support import PG_BIN, expect, expect_eq, main
 
@@ -158,6 +160,28 @@ SELECT id, name, amount, coalesce(note, '<null>') FROM t_psql WHERE id < 100 ORD
         out = run_ok(env, relay, None, args=["-c", "SHOW wal_level", "-c", "SELECT current_setting('wal_level')"])
         expect_eq(out.splitlines(), ["logical", "logical"], "wal_level through pgrelay (virtual catalog)")
         expect_eq(env.direct_query("SHOW wal_level")[0][0], "replica", "the upstream's own wal_level")
+        # The upstream warns that wal_level is insufficient for a publication; through pgrelay
+        # publications work, so that warning is dropped (other warnings still show).
+        code, out, err = psql(env, relay, "CREATE TABLE t_pub_warn (id int PRIMARY KEY);\n"
+                              "CREATE PUBLICATION pub_warn FOR TABLE t_pub_warn;\n"
+                              "DO $$BEGIN RAISE WARNING 'a warning of our own'; END$$;\n")
+        expect(code == 0 and "wal_level" not in err and "a warning of our own" in err,
+               "no false wal_level warning on CREATE PUBLICATION through pgrelay", got=(code, err))
+
+    def shutdown_mid_query():
+        # SIGTERM while a query runs: its result still arrives; then the session ends with the
+        # FATAL a Postgres backend sends at shutdown, and pgrelay exits.
+        cmd = [os.path.join(PG_BIN, "psql"), "-X", "-A", "-t", "-q", "-d", relay.url]
+        running = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=env.base)
+        running.stdin.write("SELECT pg_sleep(1.5), 'finished';\n")
+        running.stdin.flush()
+        time.sleep(0.6)
+        relay.stop(signal.SIGTERM, timeout=10)
+        out, err = running.communicate(input="SELECT 'after shutdown';\n", timeout=30)
+        expect(out.strip() == "|finished", "the query in flight at SIGTERM completes", got=(out, err))
+        expect("terminating connection due to administrator command" in err,
+               "then the session ends with FATAL 57P01", got=err)
 
     env.check("psql simple protocol", simple)
     env.check("psql sees wal_level=logical (upstream has replica)", virtual_settings)
@@ -165,6 +189,7 @@ SELECT id, name, amount, coalesce(note, '<null>') FROM t_psql WHERE id < 100 ORD
     env.check("psql multi-statement transaction", transaction)
     env.check("psql \\copy in and out (csv and binary)", copy)
     env.check("psql errors with SQLSTATE", errors)
+    env.check("SIGTERM lets the query in flight finish", shutdown_mid_query)  # stops pgrelay: last
 
 
 if __name__ == "__main__":
