@@ -94,6 +94,69 @@ bool TableFilter::matches(const pgoutput::Relation& relation) const {
   return names_.count({schema, relation.name}) != 0 || schemas_.count(schema) != 0;
 }
 
+// --- PublicationTables ---
+
+std::optional<TableRule> PublicationTables::rule_for(const pgoutput::Relation& relation) const {
+  // By name, as TableFilter matches (and as the tables were listed when the view was made).
+  const std::string schema =
+      relation.namespace_name.empty() ? std::string("pg_catalog") : relation.namespace_name;
+  auto named = names.find({schema, relation.name});
+  if (named != names.end()) {
+    auto it = tables.find(named->second);
+    if (it != tables.end()) return it->second;
+  }
+  OperationSet ops = all_tables;
+  auto s = schemas.find(schema);
+  if (s != schemas.end()) ops |= s->second;
+  if (all_tables == 0 && s == schemas.end()) return std::nullopt;
+  TableRule rule;
+  rule.operations = ops;
+  return rule;
+}
+
+std::string PublicationTables::key() const {
+  // Length-prefixed fields: no separator inside a name or an expression can fake another key.
+  std::string out;
+  auto field = [&out](const std::string& s) {
+    out += std::to_string(s.size());
+    out += ':';
+    out += s;
+  };
+  field("all=" + std::to_string(all_tables));
+  for (const auto& [schema, ops] : schemas) {
+    field("schema");
+    field(schema);
+    field(std::to_string(ops));
+  }
+  for (const auto& [name, oid] : names) {
+    field("name");
+    field(name.first);
+    field(name.second);
+    field(std::to_string(oid));
+  }
+  for (const auto& [oid, rule] : tables) {
+    field("table");
+    field(std::to_string(oid));
+    field(std::to_string(rule.operations));
+    if (rule.columns) {
+      field("columns=" + std::to_string(rule.columns->size()));
+      for (const auto& c : *rule.columns) field(c);
+    }
+    for (int a = 0; a < 3; ++a) {
+      if (rule.filters[a]) {
+        field("filter" + std::to_string(a));
+        field(rule.filters[a]->key());
+      }
+    }
+    if (rule.error) {
+      field("error");
+      field(rule.error->sqlstate);
+      field(rule.error->message);
+    }
+  }
+  return out;
+}
+
 // --- delta updates ---
 
 std::vector<bool> key_columns(const pgoutput::Relation& relation,
@@ -152,6 +215,115 @@ void ChangeView::send_relation(RelationState& state, std::vector<Change>& out) {
   state.sent = true;
 }
 
+void ChangeView::describe_relation(RelationState& state, pgoutput::Relation relation) {
+  state.table_operations = kAllOperations;
+  state.keep.clear();
+  for (auto& f : state.filters) f.reset();
+  for (auto& e : state.filter_errors) e.reset();
+  state.error.reset();
+  if (options_.publications) {
+    std::optional<TableRule> rule = options_.publications->rule_for(relation);
+    if (!rule) {
+      state.allowed = false;
+      state.types.clear();
+    } else {
+      state.table_operations = rule->operations;
+      state.error = rule->error;
+      // Filters see the whole tuple, column list or not, as in pgoutput.
+      for (int a = 0; a < 3; ++a) {
+        if (!rule->filters[a]) continue;
+        auto bound = rule->filters[a]->bind(relation);
+        if (bound.ok()) {
+          state.filters[a] = std::move(*bound);
+        } else {
+          state.filter_errors[a] = bound.error();
+        }
+      }
+      if (rule->columns) {
+        // By name: the Relation describes the layout in force for the changes that follow,
+        // so a column added later is left out and the tuples stay aligned with the Relation.
+        state.keep.resize(relation.columns.size());
+        for (std::size_t i = 0; i < relation.columns.size(); ++i) {
+          state.keep[i] = std::find(rule->columns->begin(), rule->columns->end(),
+                                    relation.columns[i].name) != rule->columns->end();
+        }
+      }
+    }
+  }
+  if (!state.keep.empty()) {
+    std::vector<pgoutput::Column> kept;
+    std::set<pgoutput::Oid> kept_types;
+    for (std::size_t i = 0; i < relation.columns.size(); ++i) {
+      if (!state.keep[i]) continue;
+      kept_types.insert(relation.columns[i].type_oid);
+      kept.push_back(std::move(relation.columns[i]));
+    }
+    relation.columns = std::move(kept);
+    // Types are sent only for the columns the list keeps (send_relation_and_attrs).
+    std::erase_if(state.types, [&](const Change& c) {
+      const auto* type = std::get_if<pgoutput::Type>(&c.message);
+      return type != nullptr && kept_types.count(type->oid) == 0;
+    });
+  }
+  state.relation = std::move(relation);
+}
+
+Result<bool> ChangeView::apply_row_filter(RelationState& state, ChangeMessage& message) {
+  int action = -1;
+  if (std::holds_alternative<pgoutput::Insert>(message)) action = kFilterInsert;
+  if (std::holds_alternative<pgoutput::Update>(message)) action = kFilterUpdate;
+  if (std::holds_alternative<pgoutput::Delete>(message)) action = kFilterDelete;
+  if (action < 0) return true;
+  if (state.filter_errors[action]) return *state.filter_errors[action];
+  if (!state.filters[action]) return true;
+  const TupleFilter& filter = *state.filters[action];
+  if (auto* insert = std::get_if<pgoutput::Insert>(&message)) return filter(insert->new_tuple);
+  if (auto* del = std::get_if<pgoutput::Delete>(&message)) return filter(del->old.tuple);
+  auto& update = std::get<pgoutput::Update>(message);
+  if (!update.old) return filter(update.new_tuple);
+  // An unchanged TOAST value of the new tuple is only in the old one: take it from there
+  // (pgoutput_row_filter's tmp_new_slot).
+  pgoutput::Tuple merged = update.new_tuple;
+  const auto& old_values = update.old->tuple.columns;
+  for (std::size_t i = 0; i < merged.columns.size() && i < old_values.size(); ++i) {
+    if (merged.columns[i].kind == pgoutput::ValueKind::kUnchanged &&
+        old_values[i].kind != pgoutput::ValueKind::kNull &&
+        old_values[i].kind != pgoutput::ValueKind::kUnchanged) {
+      merged.columns[i] = old_values[i];
+    }
+  }
+  auto old_matched = filter(update.old->tuple);
+  if (!old_matched.ok()) return old_matched.error();
+  auto new_matched = filter(merged);
+  if (!new_matched.ok()) return new_matched.error();
+  if (!*old_matched && !*new_matched) return false;
+  if (!*old_matched) {
+    message = pgoutput::Insert{update.xid, update.relation_oid, std::move(merged)};
+  } else if (!*new_matched) {
+    message = pgoutput::Delete{update.xid, update.relation_oid, std::move(*update.old)};
+  }
+  return true;
+}
+
+void ChangeView::project(const RelationState& state, ChangeMessage& message) const {
+  if (state.keep.empty()) return;
+  auto cut = [&](pgoutput::Tuple& tuple) {
+    std::vector<pgoutput::TupleValue> kept;
+    for (std::size_t i = 0; i < tuple.columns.size(); ++i) {
+      if (i < state.keep.size() && state.keep[i]) kept.push_back(std::move(tuple.columns[i]));
+    }
+    tuple.columns = std::move(kept);
+  };
+  if (auto* insert = std::get_if<pgoutput::Insert>(&message)) {
+    cut(insert->new_tuple);
+  } else if (auto* update = std::get_if<pgoutput::Update>(&message)) {
+    if (update->old) cut(update->old->tuple);
+    cut(update->new_tuple);
+  } else if (auto* del = std::get_if<pgoutput::Delete>(&message)) {
+    cut(del->old.tuple);
+  }
+}
+
 Status ChangeView::push(Change change, std::vector<Change>& out) {
   if (auto* type = std::get_if<pgoutput::Type>(&change.message)) {
     (void)type;
@@ -171,7 +343,7 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
       state.key = key_columns(
           *rel, options_.delta_keys ? options_.delta_keys(*rel) : std::vector<std::string>());
     }
-    state.relation = std::move(*rel);
+    describe_relation(state, std::move(*rel));
     return {};
   }
   if (!operation_allowed(options_.operations, change.message)) return {};
@@ -183,6 +355,8 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
       auto state = state_for(oid, change.lsn);
       if (!state.ok()) return state.error();
       if (!(*state)->allowed) continue;
+      if ((*state)->error) return *(*state)->error;
+      if (((*state)->table_operations & kOpTruncate) == 0) continue;
       kept.push_back(oid);
       states.push_back(*state);
     }
@@ -212,13 +386,20 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
       change.message);
   auto state = state_for(oid, change.lsn);
   if (!state.ok()) return state.error();
-  if (!(*state)->allowed) return {};
-  send_relation(**state, out);
+  RelationState& rs = **state;
+  if (!rs.allowed) return {};
+  if (rs.error) return *rs.error;
+  if (!operation_allowed(rs.table_operations, change.message)) return {};
+  auto pass = apply_row_filter(rs, change.message);
+  if (!pass.ok()) return pass.error();
+  if (!*pass) return {};
+  send_relation(rs, out);
   if (options_.delta_updates) {
     if (auto* update = std::get_if<pgoutput::Update>(&change.message)) {
-      *update = delta_update((*state)->key, std::move(*update));
+      *update = delta_update(rs.key, std::move(*update));
     }
   }
+  project(rs, change.message);
   out.push_back(std::move(change));
   sent_any_ = true;
   return {};

@@ -12,10 +12,15 @@
 //    Commit of a transaction that sent none); EmptyTransactions::kKeep sends Begin/Commit
 //    anyway, as PostgreSQL 14 and older did. Either way the consumer should count a skipped
 //    transaction's end LSN as progress (pgoutput sends a keepalive for it).
+//  - With PublicationTables (PostgreSQL 15 publications), each table has its own publish
+//    actions, column list and per-action row filters, applied as pgoutput applies them (see
+//    PublicationTables below).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -72,6 +77,57 @@ enum class EmptyTransactions {
 // columns the Relation flags as key".
 using KeyColumnsFn = std::function<std::vector<std::string>(const pgoutput::Relation&)>;
 
+// A row filter bound to one layout of a table: whether a tuple passes (SQL NULL counts as
+// false). An error ends the stream (say, a value the filter needs is an unchanged TOAST value).
+using TupleFilter = std::function<Result<bool>(const pgoutput::Tuple&)>;
+
+// A publication row filter (WHERE) of one table, for one action; implemented above this layer.
+class RowFilter {
+ public:
+  virtual ~RowFilter() = default;
+  // Prepares evaluation over tuples laid out as `relation` says (columns by name, typed by
+  // type OID). An error (a column the filter names is gone) ends the stream when a change
+  // needs the filter.
+  virtual Result<TupleFilter> bind(const pgoutput::Relation& relation) const = 0;
+  // Identifies the filter in view keys (its expression text).
+  virtual std::string key() const = 0;
+};
+
+enum RowFilterAction { kFilterInsert = 0, kFilterUpdate = 1, kFilterDelete = 2 };
+
+// What the requested publications say about one table, as pgoutput's RelationSyncEntry has it.
+struct TableRule {
+  OperationSet operations = 0;  // union of the publish actions of the publications publishing it
+  // The column list by column name; nullopt: every column. Projects Relation (and the Types
+  // before it) and every tuple (new, old 'O', key 'K'), as logicalrep_write_attrs and
+  // logicalrep_write_tuple do.
+  std::optional<std::vector<std::string>> columns;
+  // Per action (RowFilterAction): the OR of the filters of the publications publishing that
+  // action; null when there is none (or one such publication has no filter).
+  std::shared_ptr<const RowFilter> filters[3];
+  // Raised at the table's first data change instead of sending anything (Postgres raises
+  // "cannot use different column lists..." there, not at START_REPLICATION).
+  std::optional<Error> error;
+};
+
+// The tables a set of PG15 publications publishes, with per-table rules.
+struct PublicationTables {
+  OperationSet all_tables = 0;  // actions of FOR ALL TABLES publications
+  // Actions of FOR TABLES IN SCHEMA publications, by schema name ("pg_catalog" for "").
+  std::map<std::string, OperationSet> schemas;
+  // Tables published when the view was made, by relation OID, with their complete rules, and
+  // their OIDs by (schema, name): a Relation is matched by name, as TableFilter matches (a log's
+  // OIDs need not be the upstream's; a table renamed since is matched again on reconnect).
+  std::map<pgoutput::Oid, TableRule> tables;
+  std::map<std::pair<std::string, std::string>, pgoutput::Oid> names;
+
+  // The rule for `relation`: its entry, else (a table created later) the actions of the FOR
+  // ALL TABLES and IN SCHEMA publications; nullopt when nothing publishes it.
+  std::optional<TableRule> rule_for(const pgoutput::Relation& relation) const;
+  // A canonical text of everything above, for view keys: equal keys, equal output.
+  std::string key() const;
+};
+
 struct ViewOptions {
   std::optional<TableFilter> tables;  // nullopt: every table
   OperationSet operations = kAllOperations;
@@ -82,6 +138,9 @@ struct ViewOptions {
   // REPLICA IDENTITY FULL table as key, and only such tables' updates carry a full old row,
   // so without this hook deltas only apply to data whose Relation flags a narrower key.
   KeyColumnsFn delta_keys;
+  // PG15 publications: when set, decides per table what is sent (in addition to `tables` and
+  // `operations`, which still apply; kOpMessage still comes from `operations`).
+  std::optional<PublicationTables> publications;
 };
 
 // Reduces an update to the changed columns plus the key, given which columns form the key
@@ -115,15 +174,27 @@ class ChangeView {
 
  private:
   struct RelationState {
-    pgoutput::Relation relation;
+    pgoutput::Relation relation;  // as sent: projected on the column list
     Lsn lsn;
     std::vector<Change> types;  // Type records stored just before the Relation
     bool allowed = false;
     bool sent = false;
     std::vector<bool> key;  // for delta updates
+    // Publications (options_.publications set): the table's actions, the columns kept (empty:
+    // all), row filters bound to this layout (empty function: none), a deferred error.
+    OperationSet table_operations = kAllOperations;
+    std::vector<bool> keep;
+    std::optional<TupleFilter> filters[3];
+    std::optional<Error> filter_errors[3];
+    std::optional<Error> error;
   };
   Result<RelationState*> state_for(pgoutput::Oid oid, Lsn lsn);
   void send_relation(RelationState& state, std::vector<Change>& out);
+  void describe_relation(RelationState& state, pgoutput::Relation relation);
+  // Applies the row filter of the change's action; false: send nothing. May turn an Update
+  // into an Insert or a Delete, as pgoutput_row_filter does.
+  Result<bool> apply_row_filter(RelationState& state, ChangeMessage& message);
+  void project(const RelationState& state, ChangeMessage& message) const;
 
   ViewOptions options_;
   EntryMeta meta_;

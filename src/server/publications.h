@@ -16,6 +16,15 @@ namespace pgrelay::server {
 // later, FOR TABLE the listed tables; the operation set is the union of the publications'
 // publish actions. 42704 'publication "x" does not exist' for a missing one, as pgoutput.
 // Logical messages pass when `messages` is set. Blocking (libpq).
+//
+// On PostgreSQL 15 and later the view carries PublicationTables: per table the publish actions
+// of the publications that publish it, its column list and its row filters per action,
+// combined as pgoutput's get_rel_sync_entry does. A row filter outside what row_filter.h
+// evaluates is refused here (0A000 naming the publication, table and construct, with a hint);
+// publications giving a table different column lists leave the error Postgres raises
+// ("cannot use different column lists for table ...", 0A000) to the table's first change.
+// Publications are read once, at START_REPLICATION: ALTER PUBLICATION, and renaming a column a
+// list or filter names, take effect when the consumer reconnects.
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages);
 

@@ -479,6 +479,9 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.view_key += options->messages ? "messages" : "no messages";
   params.view_key +=
       options->origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
+  // What the publications said when read (tables, column lists, row filters): sessions that
+  // read them before and after an ALTER PUBLICATION must not share bytes.
+  if (params.view.publications) params.view_key += '\n' + params.view.publications->key();
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;

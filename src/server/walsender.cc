@@ -304,6 +304,13 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
                                           relations, out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
+        // What the view refuses to send (a publication error Postgres raises while decoding
+        // the change) reaches the consumer, after what was sent before it, as Postgres's
+        // ErrorResponse in COPY mode does.
+        append_error(out, appended.error());
+        append_ready(out);
+        (void)co_await client.write(out);
+        out.clear();
         break;
       }
       if (m.end_lsn > sent) sent = m.end_lsn;

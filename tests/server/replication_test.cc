@@ -82,7 +82,7 @@ class ReplicationTest : public ::testing::Test {
     pg_->exec(
         "CREATE TABLE t1 (id int primary key, note text); CREATE TABLE t2 (id int primary "
         "key, note text); CREATE PUBLICATION pub1 FOR TABLE t1; GRANT SELECT ON t1, t2 TO app; "
-        "CREATE PUBLICATION pub_rowfilter FOR TABLE t2 WHERE (id > 10)");
+        "CREATE PUBLICATION pub_rowfilter FOR TABLE t2 WHERE (note LIKE 'x%')");
   }
   static void TearDownTestSuite() {
     delete relay_;
