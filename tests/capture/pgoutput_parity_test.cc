@@ -51,6 +51,11 @@ CREATE TABLE par_p (id int PRIMARY KEY);
 CREATE TABLE par_c (id int REFERENCES par_p);
 CREATE TABLE par_s (id serial PRIMARY KEY, v text);
 CREATE PUBLICATION par_pub2 FOR TABLE par_t, par_tf, par_a, par_p, par_c, par_s;
+-- Columns named like the aliases in capture's trigger SQL (r, n, o, i, t, c1).
+CREATE TABLE par_r (r int PRIMARY KEY, n text, o text, i int, t text, c1 text);
+CREATE TABLE par_rf (r int, n text, t text);
+ALTER TABLE par_rf REPLICA IDENTITY FULL;
+CREATE PUBLICATION par_pub3 FOR TABLE par_r, par_rf;
 )sql";
 
 constexpr const char* kWriterSettings =
@@ -58,6 +63,10 @@ constexpr const char* kWriterSettings =
     "SET DateStyle = 'German, DMY'; SET extra_float_digits = 0; SET bytea_output = 'escape'";
 
 constexpr const char* kWorkload[] = {
+    "INSERT INTO par_r VALUES (1, 'n', 'o', 5, 't', 'c'), (2, NULL, NULL, NULL, NULL, NULL)",
+    "UPDATE par_r SET r = r + 10, t = 'moved'",
+    "DELETE FROM par_r WHERE r = 11",
+    "INSERT INTO par_rf VALUES (1, 'n', 't'); UPDATE par_rf SET t = 'u'; DELETE FROM par_rf",
     "INSERT INTO par_d (id, i4, n, f4, f8, flag, t, vc, ch, b, d, tm, tmtz, ts, tstz, iv, u, ip, "
     "net, mac, js, jb, ta, ia, pt, tv, m, p, bits, cash) VALUES (9223372036854775807, -7, "
     "'-0.000100', 1.5e-7, -0.0, false, 'multi\nline ''q'' \\ tab\t', 'short', 'ab', "
@@ -167,15 +176,15 @@ TEST(PgoutputParityTest, CapturedMessagesEqualPgoutputsForTheSameWorkload) {
   auto session = PgSession::connect(server.conninfo());
   ASSERT_TRUE(session.ok());
   InstallOptions install_options;
-  install_options.publications = {"par_pub", "par_pub_ins", "par_pub2"};
+  install_options.publications = {"par_pub", "par_pub_ins", "par_pub2", "par_pub3"};
   auto installed = install(**session, install_options);
   ASSERT_TRUE(installed.ok()) << installed.error().to_string();
-  EXPECT_EQ(installed->captured_tables, 10);
+  EXPECT_EQ(installed->captured_tables, 12);
   EXPECT_TRUE(installed->event_trigger);
 
   test::ReplicationRecorder recorder(server, "postgres", "parity");
   recorder.start("parity", {{"proto_version", "1"},
-                            {"publication_names", "par_pub,par_pub_ins,par_pub2"},
+                            {"publication_names", "par_pub,par_pub_ins,par_pub2,par_pub3"},
                             {"messages", "true"}});
   test::PgConnection writer(server.conninfo());
   writer.exec(kWriterSettings);

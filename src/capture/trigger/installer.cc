@@ -124,12 +124,12 @@ BEGIN
   -- positions pair them.
   body := E'BEGIN\n  IF TG_OP = ''INSERT'' THEN\n    '
     || format('INSERT INTO @S.changes (rel, op, layout, new_row) SELECT TG_RELID, ''I'', %s, '
-              'r::text FROM pgrelay_new r;', v)
+              '(r.*)::text FROM pgrelay_new r;', v)
     || E'\n  ELSIF TG_OP = ''UPDATE'' THEN\n    '
     || format('INSERT INTO @S.changes (rel, op, layout, old_kind, old_row, new_row, unchanged) '
               'SELECT TG_RELID, ''U'', %s, %s, %s, n.t, %s FROM '
-              '(SELECT pg_catalog.row_number() OVER () AS i, r::text AS t%s FROM pgrelay_old r) o '
-              'JOIN (SELECT pg_catalog.row_number() OVER () AS i, r::text AS t%s '
+              '(SELECT pg_catalog.row_number() OVER () AS i, (r.*)::text AS t%s FROM pgrelay_old r) o '
+              'JOIN (SELECT pg_catalog.row_number() OVER () AS i, (r.*)::text AS t%s '
               'FROM pgrelay_new r) n ON n.i OPERATOR(pg_catalog.=) o.i ORDER BY n.i;', v,
               coalesce(old_kind, 'NULL'), CASE WHEN old_kind IS NULL THEN 'NULL' ELSE 'o.t' END,
               CASE WHEN cardinality(unchanged) = 0 THEN 'NULL' ELSE
@@ -138,7 +138,7 @@ BEGIN
     || E'\n  ELSE\n    '
     || CASE WHEN old_kind IS NULL THEN 'NULL; -- pgoutput sends no Delete without an old tuple'
        ELSE format('INSERT INTO @S.changes (rel, op, layout, old_kind, old_row) SELECT '
-                   'TG_RELID, ''D'', %s, %s, r::text FROM pgrelay_old r;', v, old_kind) END
+                   'TG_RELID, ''D'', %s, %s, (r.*)::text FROM pgrelay_old r;', v, old_kind) END
     || E'\n  END IF;\n  IF EXISTS (SELECT 1 FROM @S.wakeup WHERE armed) THEN\n    '
     || format('PERFORM pg_catalog.pg_notify(%L, '''');', @L)
     || E'\n  END IF;\n  RETURN NULL;\nEND';
