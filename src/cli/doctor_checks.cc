@@ -379,27 +379,48 @@ Check check_publication_filters(const Facts& f) {
     return make("publication_filters", Verdict::kOk,
                 "no publication has a row filter or a column list");
   }
-  std::vector<std::string> pubs;
-  Fix fix{"run as the publication's owner: this publishes whole tables, so filter in the consumer",
-          {}};
-  Check c = make("publication_filters", Verdict::kFail, "");
-  for (const NarrowedTable& n : f.narrowed) {
-    if (std::find(pubs.begin(), pubs.end(), n.publication_quoted) == pubs.end()) {
-      pubs.push_back(n.publication_quoted);
-    }
-    std::string what = n.row_filter && n.column_list ? "a row filter and a column list"
+  auto what = [](const NarrowedTable& n) {
+    return std::string(n.row_filter && n.column_list ? "a row filter and a column list"
                        : n.row_filter                ? "a row filter (WHERE)"
-                                                     : "a column list";
-    c.details.push_back(n.publication_quoted + ": " + what + " on " + n.table_quoted);
+                                                     : "a column list");
+  };
+  std::vector<std::string> pubs, refused;
+  for (const NarrowedTable& n : f.narrowed) {
+    auto& list = n.refusal.empty() ? pubs : refused;
+    if (std::find(list.begin(), list.end(), n.publication_quoted) == list.end()) {
+      list.push_back(n.publication_quoted);
+    }
+  }
+  if (refused.empty()) {
+    Check c = make("publication_filters", Verdict::kOk,
+                   "pgrelay applies the row filters and column lists of publication " +
+                       listing(pubs) + " as PostgreSQL 15 does");
+    for (const NarrowedTable& n : f.narrowed) {
+      c.details.push_back(n.publication_quoted + ": " + what(n) + " on " + n.table_quoted);
+    }
+    return c;
+  }
+  Check c = make("publication_filters", Verdict::kFail,
+                 "publication " + listing(refused) +
+                     " has a row filter pgrelay cannot evaluate: it refuses to stream " +
+                     (refused.size() == 1 ? "it" : "them"));
+  Fix fix{
+      "run as the publication's owner, or rewrite the WHERE clause as comparisons of columns "
+      "with constants (ALTER PUBLICATION ... SET TABLE ... WHERE (...)): this publishes "
+      "whole tables, so filter in the consumer",
+      {}};
+  for (const NarrowedTable& n : f.narrowed) {
+    if (n.refusal.empty()) continue;
+    c.details.push_back(n.publication_quoted + ": " + what(n) + " on " + n.table_quoted);
+    if (std::find(c.details.begin(), c.details.end(), n.refusal) == c.details.end()) {
+      c.details.push_back(n.refusal);
+    }
+    if (!n.row_filter) continue;
     fix.lines.push_back("ALTER PUBLICATION " + n.publication_quoted + " DROP TABLE " +
                         n.table_quoted + ";");
     fix.lines.push_back("ALTER PUBLICATION " + n.publication_quoted + " ADD TABLE " +
                         n.table_quoted + ";");
   }
-  c.summary = "publication " + listing(pubs) +
-              " uses row filters or column lists, which pgrelay does not evaluate yet: it "
-              "refuses to stream " +
-              (pubs.size() == 1 ? "it" : "them");
   c.fixes.push_back(std::move(fix));
   return c;
 }

@@ -4,8 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <map>
 #include <memory>
 #include <string_view>
+
+#include "server/publications.h"
 
 namespace pgrelay::cli::doctor {
 namespace {
@@ -201,15 +204,26 @@ Status read_publications(PGconn* conn, const std::string& schema, bool pg15, Fac
   auto n = query(conn,
                  "SELECT pg_catalog.quote_ident(p.pubname), pg_catalog.quote_ident(n.nspname) || "
                  "'.' || pg_catalog.quote_ident(c.relname), pr.prqual IS NOT NULL, "
-                 "pr.prattrs IS NOT NULL FROM pg_catalog.pg_publication_rel pr "
+                 "pr.prattrs IS NOT NULL, p.pubname FROM pg_catalog.pg_publication_rel pr "
                  "JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
                  "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
                  "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
                  "WHERE pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL "
                  "ORDER BY p.pubname, n.nspname, c.relname");
   if (!n.ok()) return n.error();
+  // Each such publication is read as START_REPLICATION reads it: what it would refuse is what
+  // pgrelay cannot evaluate.
+  std::map<std::string, std::string> refusals;
   for (int i = 0; i < n->count(); ++i) {
-    f.narrowed.push_back({n->value(i, 0), n->value(i, 1), n->flag(i, 2), n->flag(i, 3)});
+    std::string name = n->value(i, 4);
+    if (!refusals.count(name)) {
+      auto view = server::load_publication_view(conn, {name}, false);
+      refusals[name] = !view.ok() && view.error().sqlstate == sqlstate::kFeatureNotSupported
+                           ? view.error().message
+                           : "";
+    }
+    f.narrowed.push_back(
+        {n->value(i, 0), n->value(i, 1), n->flag(i, 2), n->flag(i, 3), refusals[name]});
   }
   return {};
 }

@@ -75,12 +75,15 @@ struct PublicationFacts {
   std::vector<std::string> tables_quoted;   // pg_publication_tables, schema-qualified
 };
 
-// A table of a publication with a row filter or a column list (pgrelay refuses those).
+// A table of a publication with a row filter or a column list.
 struct NarrowedTable {
   std::string publication_quoted;
   std::string table_quoted;
   bool row_filter = false;
   bool column_list = false;
+  // Why START_REPLICATION would refuse the publication (a row filter outside what pgrelay
+  // evaluates); empty when pgrelay applies its filters and lists as Postgres does.
+  std::string refusal;
 };
 
 // A table some publication publishes (outside pgrelay's own schema).
