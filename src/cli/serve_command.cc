@@ -503,6 +503,7 @@ int run_serve(const ServeOptions& options) {
   context.upstream = *upstream;
   context.hub = &hub;
   context.settings.wal_sender_timeout = std::chrono::seconds(options.wal_sender_timeout_seconds);
+  context.auth.timeout = std::chrono::seconds(options.authentication_timeout_seconds);
   context.settings.max_wal_senders = options.max_wal_senders;
   context.settings.max_replication_slots = options.max_replication_slots;
 
@@ -753,6 +754,12 @@ Subcommand add_serve_command(CLI::App& parent) {
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber),
       "PGRELAY_WAL_SENDER_TIMEOUT");
+  env(cmd->add_option("--authentication-timeout", options->authentication_timeout_seconds,
+                      "Seconds a client has to complete startup and authentication before\n"
+                      "it is disconnected (0 = never), as Postgres's authentication_timeout")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "PGRELAY_AUTHENTICATION_TIMEOUT");
   env(cmd->add_option("--max-replication-slots", options->max_replication_slots,
                       "Slots pgrelay keeps at most, as Postgres's max_replication_slots")
           ->capture_default_str()

@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string tls_key;
   bool no_tls = false;
   int wal_sender_timeout_seconds = 60;
+  int authentication_timeout_seconds = 60;
   int max_replication_slots = 10;
   int max_wal_senders = 10;
   std::vector<std::string> auth_rules;  // "ADDRESS/PREFIX=METHOD"

@@ -1,6 +1,8 @@
 // Client authentication: pgrelay's own users, per-address methods, and the SASL/MD5 exchanges.
 #pragma once
 
+#include <chrono>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +37,9 @@ struct AuthConfig {
   AuthMethod default_method = AuthMethod::kScram;
   // Per-server secret for mock SCRAM exchanges with unknown users.
   Bytes mock_secret;
+  // Postgres's authentication_timeout: a client that has not completed startup and
+  // authentication by then is disconnected, so stalled clients cannot pile up. Zero: never.
+  std::chrono::milliseconds timeout{60000};
 
   const User* find(std::string_view name) const;
   AuthMethod method_for(const std::optional<asio::ip::address>& peer) const;

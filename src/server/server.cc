@@ -1,6 +1,8 @@
 // The listener: accepts connections, negotiates TLS, authenticates, and starts each session.
 #include "server/server.h"
 
+#include <asio/steady_timer.hpp>
+
 #include <chrono>
 #include <exception>
 
@@ -146,6 +148,40 @@ upstream::awaitable<void> Server::accept_loop(upstream::tcp::acceptor& acceptor)
   }
 }
 
+namespace {
+
+// Closes a connection that has not logged in within the authentication timeout. The timer's
+// handler can run after the session is gone, so it reaches the transport through a pointer
+// the session clears when it logs in or ends.
+class LoginDeadline {
+ public:
+  LoginDeadline(const asio::any_io_executor& executor, upstream::Transport& transport,
+                std::chrono::milliseconds timeout, Logger* logger, const std::string& host)
+      : timer_(executor), target_(std::make_shared<upstream::Transport*>(&transport)) {
+    if (timeout.count() <= 0) return;
+    timer_.expires_after(timeout);
+    timer_.async_wait([target = target_, logger, host](const std::error_code& error) {
+      if (error || *target == nullptr) return;
+      log_to(logger, LogLevel::kWarning, "startup or authentication timed out", {{"host", host}});
+      (*target)->close();
+    });
+  }
+  LoginDeadline(const LoginDeadline&) = delete;
+  LoginDeadline& operator=(const LoginDeadline&) = delete;
+  ~LoginDeadline() { met(); }
+
+  void met() {
+    *target_ = nullptr;
+    timer_.cancel();
+  }
+
+ private:
+  asio::steady_timer timer_;
+  std::shared_ptr<upstream::Transport*> target_;
+};
+
+}  // namespace
+
 upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket) {
   std::string host = "local";
   std::error_code peer_error;
@@ -161,6 +197,8 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
     upstream::Transport* transport;
     ~Untrack() { sessions->erase(transport); }
   } untrack{sessions_, &stream.transport()};
+  LoginDeadline deadline(co_await asio::this_coro::executor, stream.transport(),
+                         context_.auth.timeout, context_.logger, host);
 
   std::optional<wire::StartupMessage> startup;
   while (!startup) {
@@ -272,6 +310,7 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
     co_await send_fatal(context_, stream, failure, host);
     co_return;
   }
+  deadline.met();
   log_to(context_.logger, LogLevel::kInfo, "connection authorized",
          {{"user", startup->user()},
           {"database", startup->database()},

@@ -284,6 +284,48 @@ TEST_F(PassThroughTest, GarbageAndHalfPacketsCloseOnlyTheirSession) {
   EXPECT_EQ(fresh.scalar("SELECT 'fresh'"), "fresh");
 }
 
+// A client that stalls before logging in (nothing sent, half a startup packet, silent in the
+// middle of SCRAM) is disconnected after the authentication timeout, as Postgres does, so
+// stalled clients cannot pile up; a client that logged in is not affected.
+TEST_F(PassThroughTest, StalledClientsAreDisconnectedAfterTheAuthenticationTimeout) {
+  for (int i = 0; i < 500 && relay_->session_count() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(relay_->session_count(), 0u);  // earlier tests' sessions are gone
+  relay_->context().auth.timeout = std::chrono::seconds(1);  // read by sessions started later
+  PgConnection logged_in(relay_->conninfo());
+  const std::string startup = std::string("\0\3\0\0user\0app\0database\0postgres\0\0", 33);
+  std::vector<std::vector<std::uint8_t>> openings = {
+      {},                                                         // says nothing
+      {0, 0, 0, 40, 0, 3, 0, 0, 'u', 's'},                        // half a startup packet
+      {0, 0, 0, static_cast<std::uint8_t>(startup.size() + 4)}};  // SCRAM asked, no answer
+  openings[2].insert(openings[2].end(), startup.begin(), startup.end());
+  std::vector<int> fds;
+  for (const auto& opening : openings) {
+    int fd = raw_connect(relay_->port());
+    ASSERT_GE(fd, 0);
+    if (!opening.empty()) {
+      ASSERT_EQ(::write(fd, opening.data(), opening.size()), static_cast<ssize_t>(opening.size()));
+    }
+    fds.push_back(fd);
+  }
+  auto started = std::chrono::steady_clock::now();
+  for (int fd : fds) {
+    // Read until the server closes (the SCRAM case first gets its AuthenticationSASL).
+    timeval wait{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    char buffer[512];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) {
+    }
+    EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "read: " << n << " errno " << errno;
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(8));
+  EXPECT_EQ(logged_in.scalar("SELECT 'still here'"), "still here");
+  relay_->context().auth.timeout = std::chrono::seconds(60);
+}
+
 // Counts the notices a connection receives, by message.
 struct NoticeLog {
   std::vector<std::string> messages;
