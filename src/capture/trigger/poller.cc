@@ -350,7 +350,6 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
   *layout_mismatch = false;
   PgSession& s = *session_;
   PollStats stats;
-  PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
   struct Rollback {
     PgSession& s;
     bool active = true;
@@ -358,18 +357,22 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
       if (active) (void)s.run("ROLLBACK");
     }
   } rollback{s};
+  const std::string begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
   if (!snapshot_name.empty()) {
     auto name = s.literal(snapshot_name);
     if (!name.ok()) return name.error();
+    PGRELAY_TRY(s.run(begin));
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
 
   // The first statement fixes the transaction snapshot, so S_k is exactly what the reads see.
-  // The WAL insert position read after it is at or past every commit visible in S_k.
-  auto head = s.exec(
+  // The WAL insert position read after it is at or past every commit visible in S_k. Without
+  // a snapshot to import, BEGIN goes in the same round trip: polls set capture's latency.
+  const std::string first =
       "SELECT pg_catalog.pg_current_snapshot()::text, "
       "pg_catalog.pg_current_wal_insert_lsn()::text, "
-      "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8::text");
+      "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8::text";
+  auto head = s.exec(snapshot_name.empty() ? begin + "; " + first : first);
   if (!head.ok()) return head.error();
   stats.snapshot = std::string(head->value(0, 0));
   auto wal = Lsn::parse(head->value(0, 1));
