@@ -221,10 +221,7 @@ void CaptureService::run() {
       if (!synced.ok()) note_error(synced.error());
     }
     bool found = false;
-    const auto poll_started = Clock::now();
     auto polled = poll_once(&found);
-    const auto poll_took =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - poll_started);
     if (!polled.ok()) {
       note_error(polled.error());
       if (!poller_->session().connection_ok() || !listener_->connection_ok()) {
@@ -237,9 +234,7 @@ void CaptureService::run() {
     }
     backoff = options_.reconnect_min;
     if (found) {
-      // While writes flow, at least as long between polls as a poll takes: the upstream
-      // spends at most half its time on capture's reads, however busy its writers are.
-      interval = std::clamp(poll_took, options_.min_poll, options_.max_poll);
+      interval = options_.min_poll;
       if (armed_ != false) set_armed(false);
     } else {
       // Without notifications an idle service must look more often to keep latency down.
