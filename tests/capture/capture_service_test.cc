@@ -357,6 +357,14 @@ TEST_F(CaptureServiceTest, ServiceWakesOnNotifySyncsAndReconnects) {
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(waited, 5s);
 
+  // sync() on a log with nothing new: the upstream's WAL position (not an old or empty log
+  // head), so that a slot created there compares correctly with upstream LSNs.
+  auto wal_before = Lsn::parse(*server_->exec("SELECT pg_current_wal_insert_lsn()")[0][0]);
+  ASSERT_TRUE(wal_before.has_value());
+  auto idle = service_->sync();
+  ASSERT_TRUE(idle.ok()) << idle.error().to_string();
+  EXPECT_GE(*idle, *wal_before);
+
   // sync(): everything committed before the call is in the log when it returns.
   server_->exec("INSERT INTO svc_t VALUES (2, 'b')");
   server_->exec("INSERT INTO svc_t VALUES (3, 'c')");

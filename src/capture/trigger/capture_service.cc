@@ -121,10 +121,11 @@ CaptureService::Stats CaptureService::stats() const {
   return stats_;
 }
 
-Status CaptureService::poll_once(bool* found) {
+Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
   auto st = poller_->poll();
   if (!st.ok()) return st.error();
   *found = st->transactions + st->messages > 0 || st->rows > 0;
+  if (upstream_lsn) *upstream_lsn = st->upstream_lsn;
   std::lock_guard lock(mu_);
   ++stats_.polls;
   stats_.transactions += st->transactions;
@@ -287,8 +288,9 @@ Result<Lsn> CaptureService::sync() {
   Lsn last;
   Status st = call([&]() -> Status {
     bool found = false;
-    PGRELAY_TRY(poll_once(&found));
-    last = log_.last_end_lsn();
+    Lsn upstream;
+    PGRELAY_TRY(poll_once(&found, &upstream));
+    last = std::max(log_.last_end_lsn(), upstream);
     return {};
   });
   if (!st.ok()) return st.error();

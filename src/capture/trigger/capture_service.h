@@ -92,7 +92,9 @@ class CaptureService {
   // snapshot.
   Result<ExportedSnapshot> export_snapshot();
   // Polls once now and waits until everything committed upstream before the call is durable in
-  // the log; returns the log's last LSN.
+  // the log; returns the log's last LSN, or the upstream's WAL insert position at the poll when
+  // that is further (an empty or idle log): a consistent point that LSNs the client gets from
+  // the upstream compare correctly with, and below every entry appended later.
   Result<Lsn> sync();
 
   struct Stats {
@@ -112,7 +114,8 @@ class CaptureService {
   // Runs `task` on the capture thread and waits for it.
   Status call(std::function<Status()> task);
   void run_tasks();
-  Status poll_once(bool* found);
+  // `upstream_lsn` (optional) receives the upstream's WAL insert position at the poll.
+  Status poll_once(bool* found, Lsn* upstream_lsn = nullptr);
   void note_error(const Error& error);
   void wait(std::chrono::milliseconds timeout);
   // Raises or lowers the flag that makes writers notify; false (error noted) when it failed.
