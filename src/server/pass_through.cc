@@ -151,7 +151,7 @@ void append_client_frame(const wire::Frame& frame, const SqlRewrite& rewrite, By
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
                                                    const ServerContext& context, RelayState& state,
-                                                   Counter* relayed) {
+                                                   asio::steady_timer& wake, Counter* relayed) {
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
@@ -166,6 +166,15 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
                                    {"host", peer ? peer->to_string() : std::string("local")}});
         }
       }
+      co_return;
+    }
+    if (state.draining && state.idle()) {
+      // Shutting down between requests: this one is not sent upstream. end_when_idle ends the
+      // session (it may not have run yet when a quick client already sends its next query).
+      wake_up(state, wake);
+      asio::steady_timer parked(co_await asio::this_coro::executor,
+                                asio::steady_timer::time_point::max());
+      co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
     append_client_frame(*frame, rewrite, batch);
@@ -233,11 +242,11 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
     if (greeted) kept = *held;
   }
   if (greeted) {
-    co_await (
-        copy_upstream_to_client(link->stream.transport(), client.transport(), std::move(buffer),
-                                kept, state, wake, to_client) ||
-        relay_client_to_upstream(client, link->stream.transport(), context, state, to_upstream) ||
-        end_when_idle(client, state, wake));
+    co_await (copy_upstream_to_client(link->stream.transport(), client.transport(),
+                                      std::move(buffer), kept, state, wake, to_client) ||
+              relay_client_to_upstream(client, link->stream.transport(), context, state, wake,
+                                       to_upstream) ||
+              end_when_idle(client, state, wake));
   }
   context.shutdown.unsubscribe(token);
   context.cancels.forget(key);
