@@ -156,22 +156,22 @@ Error unsupported_filter(const std::string& pub, const PubTable& t, const Error&
   return e;
 }
 
-// pgoutput's get_rel_sync_entry, pgoutput_row_filter_init and pgoutput_column_list_init for
-// every table the publications publish now (non-partition case: pgrelay captures leaf tables).
-Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<std::string>& names,
-                                                const std::string& array) {
-  auto pubs_res =
-      query(conn,
-            "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
-            "FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])",
-            &array);
-  if (!pubs_res.ok()) return pubs_res.error();
-  // In publication_names order, as LoadPublications builds the list.
+// The requested publications in publication_names order, as LoadPublications builds the
+// list; 42704 'publication "x" does not exist' for a missing one, as pgoutput.
+Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::string>& names,
+                                           const std::string& array) {
+  auto res = query(conn,
+                   "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
+                   "FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])",
+                   &array);
+  if (!res.ok()) return res.error();
   std::vector<Pub> pubs;
   for (const auto& name : names) {
-    for (int row = 0; row < PQntuples(pubs_res->get()); ++row) {
-      if (name != PQgetvalue(pubs_res->get(), row, 0)) continue;
-      auto flag = [&](int col) { return PQgetvalue(pubs_res->get(), row, col)[0] == 't'; };
+    bool found = false;
+    for (int row = 0; row < PQntuples(res->get()); ++row) {
+      if (name != PQgetvalue(res->get(), row, 0)) continue;
+      found = true;
+      auto flag = [&](int col) { return PQgetvalue(res->get(), row, col)[0] == 't'; };
       Pub p;
       p.name = name;
       p.all_tables = flag(1);
@@ -181,7 +181,19 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
       if (flag(5)) p.operations |= log::kOpTruncate;
       pubs.push_back(std::move(p));
     }
+    if (!found) {
+      return Error::make(sqlstate::kUndefinedObject, "publication \"" + name + "\" does not exist",
+                         "Create it on the upstream with CREATE PUBLICATION, or fix "
+                         "publication_names.");
+    }
   }
+  return pubs;
+}
+
+// pgoutput's get_rel_sync_entry, pgoutput_row_filter_init and pgoutput_column_list_init for
+// every table the publications publish now (non-partition case: pgrelay captures leaf tables).
+Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<Pub>& pubs,
+                                                const std::string& array) {
   log::PublicationTables out;
   for (const Pub& p : pubs) {
     if (p.all_tables) out.all_tables |= p.operations;
@@ -326,34 +338,17 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages) {
   std::string array = text_array(names);
-  auto pubs = query(conn,
-                    "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
-                    "FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])",
-                    &array);
+  auto pubs = load_publications(conn, names, array);
   if (!pubs.ok()) return pubs.error();
   log::ViewOptions view;
   view.operations = messages ? log::kOpMessage : 0;
   bool all_tables = false;
-  for (const auto& name : names) {
-    bool found = false;
-    for (int row = 0; row < PQntuples(pubs->get()); ++row) {
-      if (name != PQgetvalue(pubs->get(), row, 0)) continue;
-      found = true;
-      auto flag = [&](int col) { return PQgetvalue(pubs->get(), row, col)[0] == 't'; };
-      all_tables |= flag(1);
-      if (flag(2)) view.operations |= log::kOpInsert;
-      if (flag(3)) view.operations |= log::kOpUpdate;
-      if (flag(4)) view.operations |= log::kOpDelete;
-      if (flag(5)) view.operations |= log::kOpTruncate;
-    }
-    if (!found) {
-      return Error::make(sqlstate::kUndefinedObject, "publication \"" + name + "\" does not exist",
-                         "Create it on the upstream with CREATE PUBLICATION, or fix "
-                         "publication_names.");
-    }
+  for (const Pub& p : *pubs) {
+    all_tables |= p.all_tables;
+    view.operations |= p.operations;
   }
   if (PQserverVersion(conn) >= 150000) {
-    auto rules = load_table_rules(conn, names, array);
+    auto rules = load_table_rules(conn, *pubs, array);
     if (!rules.ok()) return rules.error();
     view.publications = std::move(*rules);
     view.operations = log::kAllOperations & ~log::kOpMessage;
