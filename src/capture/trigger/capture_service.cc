@@ -86,6 +86,13 @@ Status CaptureService::connect() {
   notify_allowed_ = prepared->value(0, 0) != "t";
   poller_ = std::move(*poller);
   listener_ = std::move(*listener);
+  if (connected_before_) {
+    // Counted here, not where the loss was noticed: a broken connection can be found by a
+    // poll, by a task such as sync(), or by the listener's socket, and each path reconnects.
+    std::lock_guard lock(mu_);
+    ++stats_.reconnects;
+  }
+  connected_before_ = true;
   if (!notify_allowed_ && !set_armed(false)) {
     return Error::make("08006", "could not lower the capture's wakeup flag");
   }
@@ -197,7 +204,6 @@ void CaptureService::run() {
   std::chrono::milliseconds interval = options_.min_poll;
   std::chrono::milliseconds backoff = options_.reconnect_min;
   Clock::time_point last_detect = Clock::now();
-  bool was_disconnected = false;
   while (!stopping_) {
     run_tasks();
     if (!poller_ || !listener_) {
@@ -205,16 +211,10 @@ void CaptureService::run() {
       auto connected = connect();
       if (!connected.ok()) {
         note_error(connected.error());
-        was_disconnected = true;
         wait(backoff);
         backoff = std::min(backoff * 2, options_.reconnect_max);
         continue;
       }
-      if (was_disconnected) {
-        std::lock_guard lock(mu_);
-        ++stats_.reconnects;
-      }
-      was_disconnected = false;
     }
     if (Clock::now() - last_detect >= options_.detect_interval) {
       last_detect = Clock::now();
@@ -225,10 +225,7 @@ void CaptureService::run() {
     auto polled = poll_once(&found);
     if (!polled.ok()) {
       note_error(polled.error());
-      if (!poller_->session().connection_ok() || !listener_->connection_ok()) {
-        disconnect();
-        was_disconnected = true;
-      }
+      if (!poller_->session().connection_ok() || !listener_->connection_ok()) disconnect();
       wait(backoff);
       backoff = std::min(backoff * 2, options_.reconnect_max);
       continue;

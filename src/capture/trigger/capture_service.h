@@ -98,6 +98,7 @@ class CaptureService {
   Result<Lsn> sync();
 
   struct Stats {
+    // reconnects: connections re-established after one was lost, however it was noticed.
     std::uint64_t transactions = 0, rows = 0, polls = 0, reconnects = 0;
     Lsn last_lsn;
     std::string last_error;
@@ -126,9 +127,10 @@ class CaptureService {
   InstallReport install_report_;
   std::unique_ptr<TriggerPoller> poller_;
   std::unique_ptr<PgSession> listener_;
-  bool notify_allowed_ = true;  // false where prepared transactions are possible (see connect)
-  std::optional<bool> armed_;   // the wakeup flag as last set; unknown after (re)connecting
-  int wake_fds_[2] = {-1, -1};  // self-pipe: wake(), stop() and tasks write a byte
+  bool notify_allowed_ = true;     // false where prepared transactions are possible (see connect)
+  std::optional<bool> armed_;      // the wakeup flag as last set; unknown after (re)connecting
+  bool connected_before_ = false;  // a later connect() is a reconnect (stats_.reconnects)
+  int wake_fds_[2] = {-1, -1};     // self-pipe: wake(), stop() and tasks write a byte
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
