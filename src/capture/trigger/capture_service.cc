@@ -129,7 +129,8 @@ CaptureService::Stats CaptureService::stats() const {
 }
 
 Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
-  auto st = poller_->poll();
+  // The rows this appends are deleted upstream by the next poll's statement (or by sync()).
+  auto st = poller_->capture();
   if (!st.ok()) return st.error();
   *found = st->transactions + st->messages > 0 || st->rows > 0;
   if (upstream_lsn) *upstream_lsn = st->upstream_lsn;
@@ -287,6 +288,7 @@ Result<Lsn> CaptureService::sync() {
     bool found = false;
     Lsn upstream;
     PGRELAY_TRY(poll_once(&found, &upstream));
+    PGRELAY_TRY(poller_->release());
     last = std::max(log_.last_end_lsn(), upstream);
     return {};
   });

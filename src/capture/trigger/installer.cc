@@ -93,7 +93,9 @@ BEGIN
                                cur.typmods, cur.keys, cur.generated, cur.toastable) THEN
     v := prev.version;
   ELSE
-    v := coalesce(prev.version, 0) + 1;
+    -- From a sequence, so a version is never reused, even by a table that gets a dropped
+    -- table's OID: the poller caches layouts by (relid, version).
+    v := greatest(pg_catalog.nextval('@S.layout_versions'), coalesce(prev.version, 0) + 1);
     INSERT INTO @S.layouts (relid, version, nspname, relname, replident, names, types, typmods,
                             keys, generated, toastable)
     VALUES (p_relid, v, cur.nspname, cur.relname, cur.replident, cur.names, cur.types,
@@ -358,6 +360,7 @@ struct Names {
   std::string changes;
   std::string captured;
   std::string layouts;
+  std::string layout_versions;
   std::string sources;
   std::string wakeup;
   std::string row_trigger;  // version 1's row trigger, dropped on upgrade
@@ -395,6 +398,7 @@ Result<Names> make_names(PgSession& s, const std::string& schema) {
   n.changes = n.schema + ".changes";
   n.captured = n.schema + ".captured";
   n.layouts = n.schema + ".layouts";
+  n.layout_versions = n.schema + ".layout_versions";
   n.sources = n.schema + ".sources";
   n.wakeup = n.schema + ".wakeup";
   for (auto [out, suffix] :
@@ -695,6 +699,15 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " types pg_catalog.oid[] NOT NULL, typmods int4[] NOT NULL,"
                     " keys bool[] NOT NULL, generated bool[] NOT NULL, toastable bool[] NOT NULL,"
                     " PRIMARY KEY (relid, version))"));
+  // Issues layout versions (see refresh_table); it starts past the versions that an
+  // installation of version 2, which numbered them per table, recorded.
+  PGRELAY_TRY(s.run("CREATE SEQUENCE IF NOT EXISTS " + n.layout_versions + " AS int4"));
+  PGRELAY_TRY(
+      s.run("SELECT pg_catalog.setval($1::pg_catalog.regclass, x.m) FROM (SELECT "
+            "max(version) AS m FROM " +
+                n.layouts + ") x, " + n.layout_versions +
+                " q WHERE x.m IS NOT NULL AND (x.m > q.last_value OR NOT q.is_called)",
+            {n.layout_versions}));
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.sources +
                     " (publication text, relid pg_catalog.oid,"
                     " UNIQUE NULLS NOT DISTINCT (publication, relid))"));
@@ -743,8 +756,8 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   }
   if (options.all_publications) {
     // '*' stands for every publication, present and future (sync() reads it that way).
-    PGRELAY_TRY(s.run("INSERT INTO " + n.sources +
-                      " (publication) VALUES ('*') ON CONFLICT DO NOTHING"));
+    PGRELAY_TRY(
+        s.run("INSERT INTO " + n.sources + " (publication) VALUES ('*') ON CONFLICT DO NOTHING"));
   }
   // A version change regenerates every trigger function.
   if (!version->has_value() || **version != kInstallVersion) {
@@ -804,6 +817,7 @@ Status uninstall(PgSession& session, const std::string& schema) {
     }
     PGRELAY_TRY(s.run("DROP TABLE IF EXISTS " + n.changes + ", " + n.captured + ", " + n.layouts +
                       ", " + n.sources + ", " + n.wakeup + ", " + n.meta));
+    PGRELAY_TRY(s.run("DROP SEQUENCE IF EXISTS " + n.layout_versions));
   }
   return txn.commit();
 }

@@ -79,8 +79,9 @@
 namespace pgrelay::capture {
 
 // The schema layout this code creates and reads. An installation of a newer version is refused;
-// version 1 (phase 1) is upgraded when its change table is empty.
-inline constexpr int kInstallVersion = 2;
+// version 1 (phase 1) is upgraded when its change table is empty; version 2 numbered layouts
+// per table (3 takes them from a sequence, never reusing one) and is upgraded by installing.
+inline constexpr int kInstallVersion = 3;
 
 struct TableName {
   std::string schema;

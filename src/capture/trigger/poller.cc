@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -46,6 +47,8 @@ struct ChangeRow {
   std::optional<std::int64_t> commit_time;
 };
 
+}  // namespace
+
 // A table's columns as one layout version recorded them.
 struct Layout {
   pgoutput::Relation relation;  // generated columns left out, as pgoutput does
@@ -56,7 +59,16 @@ struct Layout {
 
 using Layouts = std::map<std::pair<std::uint32_t, std::int32_t>, Layout>;
 
-// The layouts of one poll's rows: all versions of their tables.
+// Layouts by (relid, version), all versions of a table as one load found them. A recorded
+// version never changes and is never reused (they come from a sequence), so an entry stays
+// right; a version missing from it means the table was altered since, and reloads the table.
+struct TriggerPoller::LayoutCache {
+  Layouts layouts;
+};
+
+namespace {
+
+// All recorded versions of the tables `rels`.
 Result<Layouts> load_layouts(PgSession& s, const std::string& table,
                              const std::vector<std::uint32_t>& rels) {
   Layouts out;
@@ -304,6 +316,9 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
                        "trigger capture is not installed in schema \"" + p->options_.schema + "\"");
   }
   p->commit_timestamps_ = installed->value(0, 1) == "t";
+  // A poll is one statement outside a transaction block; under a serializable default it could
+  // fail on a conflict with writers, which gains nothing for a single snapshot read.
+  PGRELAY_TRY(p->session_->run("SET default_transaction_isolation TO 'read committed'"));
   if (auto cp = log.last_checkpoint()) {
     auto state = decode_checkpoint(*cp);
     if (!state.ok()) return state.error();
@@ -314,6 +329,15 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
   }
   return p;
 }
+
+TriggerPoller::TriggerPoller(PollerOptions options, log::ChangeLog& log,
+                             std::unique_ptr<PgSession> session)
+    : options_(std::move(options)),
+      log_(log),
+      session_(std::move(session)),
+      layout_cache_(std::make_unique<LayoutCache>()) {}
+
+TriggerPoller::~TriggerPoller() = default;
 
 Result<PollStats> TriggerPoller::poll() {
   auto stats = capture();
@@ -337,12 +361,58 @@ Result<PollStats> TriggerPoller::capture_with_sync(const std::string& snapshot_n
   // DDL ran without an event trigger and its layout is not recorded yet: record it and retry.
   auto synced = sync_tables(*session_, options_.schema);
   if (!synced.ok()) return synced.error();
+  layout_cache_->layouts.clear();
   // Rows that still fit nothing were written with a layout that existed only between two
   // syncs; their column names and types are gone from the catalog.
   stats = capture_once(snapshot_name, &mismatch, /*skip_unfit=*/true);
   if (!stats.ok()) return stats;
   stats->synced_layouts = true;
   return stats;
+}
+
+Result<QueryResult> TriggerPoller::read_changes(bool releasing) {
+  // The head (S_k, the WAL insert position read after it was taken, the poll's time) comes
+  // first, materialized, so every row is read in S_k and the position is at or past every
+  // commit visible in it. It is repeated on each row, or alone on a row of NULLs when there
+  // are no changes.
+  Params params;
+  std::string sql = "WITH ";
+  if (releasing) {
+    // Rows of transactions visible in the persisted snapshot are in the log. The scan below
+    // runs in the same snapshot, so it still sees them, and leaves them out as old.
+    params.push_back(persisted_snapshot_);
+    sql += "released AS (DELETE FROM " + changes_table_ +
+           " WHERE pg_catalog.pg_visible_in_snapshot(xid, $1::pg_catalog.pg_snapshot)), ";
+  }
+  const std::string commit_ts =
+      commit_timestamps_
+          ? "((extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(pg_catalog.xid(c.xid)))"
+            " - 946684800) * 1000000)::int8::text"
+          : "NULL::text";
+  sql +=
+      "head AS MATERIALIZED (SELECT pg_catalog.pg_current_snapshot() AS snap, "
+      "pg_catalog.pg_current_wal_insert_lsn() AS wal, "
+      "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8 AS t) "
+      "SELECT h.snap::text, h.wal::text, h.t::text, c.xid::text, c.seq::text, "
+      "c.rel::pg_catalog.int8::text, c.op::text, c.layout::text, c.old_kind::text, c.old_row, "
+      "c.new_row, pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, c.commit_ts "
+      "FROM head h LEFT JOIN LATERAL (SELECT c.*, " +
+      commit_ts +
+      " AS commit_ts, "
+      // A transaction sorts by its last sequence value; a non-transactional message by its
+      // own, and before its own transaction, whose commit came after it.
+      "CASE WHEN c.op = 'm' THEN least(c.seq, max(c.seq) FILTER (WHERE c.op <> 'm') "
+      "OVER (PARTITION BY c.xid)) ELSE max(c.seq) FILTER (WHERE c.op <> 'm') "
+      "OVER (PARTITION BY c.xid) END AS unit_order FROM " +
+      changes_table_ + " c WHERE pg_catalog.pg_visible_in_snapshot(c.xid, h.snap)";
+  if (!prev_snapshot_.empty()) {
+    params.push_back(prev_snapshot_);
+    const std::string prev = "$" + std::to_string(params.size()) + "::pg_catalog.pg_snapshot";
+    sql += " AND c.xid >= pg_catalog.pg_snapshot_xmin(" + prev +
+           ") AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, " + prev + ")";
+  }
+  sql += ") c ON true ORDER BY c.unit_order, c.op <> 'm', c.seq";
+  return session_->exec(sql, params, /*binary_result=*/true);
 }
 
 Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
@@ -357,82 +427,57 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
       if (active) (void)s.run("ROLLBACK");
     }
   } rollback{s};
-  const std::string begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-  if (!snapshot_name.empty()) {
+  // With a snapshot to import the read runs in a transaction that imports it. Otherwise it is
+  // one statement on its own, whose snapshot is S_k: no BEGIN or COMMIT round trips, as polls
+  // set capture's latency.
+  const bool in_transaction = !snapshot_name.empty();
+  rollback.active = in_transaction;
+  if (in_transaction) {
     auto name = s.literal(snapshot_name);
     if (!name.ok()) return name.error();
-    PGRELAY_TRY(s.run(begin));
+    PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ"));
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
-
-  // The first statement fixes the transaction snapshot, so S_k is exactly what the reads see.
-  // The WAL insert position read after it is at or past every commit visible in S_k. Without
-  // a snapshot to import, BEGIN goes in the same round trip: polls set capture's latency.
-  const std::string first =
-      "SELECT pg_catalog.pg_current_snapshot()::text, "
-      "pg_catalog.pg_current_wal_insert_lsn()::text, "
-      "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8::text";
-  auto head = s.exec(snapshot_name.empty() ? begin + "; " + first : first);
-  if (!head.ok()) return head.error();
-  stats.snapshot = std::string(head->value(0, 0));
-  auto wal = Lsn::parse(head->value(0, 1));
-  auto poll_time = parse_int<std::int64_t>(head->value(0, 2));
+  const bool releasing = release_pending_ && !in_transaction;
+  auto rows = read_changes(releasing);
+  if (!rows.ok()) return rows.error();
+  if (releasing) release_pending_ = false;
+  // Columns 0-2 repeat the head on every row; one row of NULL changes when there are none.
+  stats.snapshot = std::string(rows->value(0, 0));
+  auto wal = Lsn::parse(rows->value(0, 1));
+  auto poll_time = parse_int<std::int64_t>(rows->value(0, 2));
   if (!wal || !poll_time) return bad("unexpected snapshot or WAL position from upstream");
   stats.upstream_lsn = *wal;
-
-  const std::string commit_ts =
-      commit_timestamps_
-          ? "((extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(pg_catalog.xid(c.xid)))"
-            " - 946684800) * 1000000)::int8::text"
-          : "NULL::text";
-  std::string sql =
-      "SELECT c.xid::text, c.seq::text, c.rel::pg_catalog.int8::text, c.op::text, "
-      "c.layout::text, c.old_kind::text, c.old_row, c.new_row, "
-      "pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, " +
-      commit_ts + " FROM " + changes_table_ +
-      " c WHERE pg_catalog.pg_visible_in_snapshot(c.xid, $1::pg_catalog.pg_snapshot)";
-  Params params{stats.snapshot};
-  if (!prev_snapshot_.empty()) {
-    sql +=
-        " AND c.xid >= pg_catalog.pg_snapshot_xmin($2::pg_catalog.pg_snapshot)"
-        " AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, $2::pg_catalog.pg_snapshot)";
-    params.push_back(prev_snapshot_);
-  }
-  // A transaction sorts by its last sequence value; a non-transactional message by its own.
-  // A non-transactional message goes before its own transaction, whose commit came after it.
-  sql +=
-      " ORDER BY CASE WHEN c.op = 'm' THEN least(c.seq, max(c.seq) FILTER (WHERE c.op <> 'm') "
-      "OVER (PARTITION BY c.xid)) ELSE max(c.seq) FILTER (WHERE c.op <> 'm') "
-      "OVER (PARTITION BY c.xid) END, c.op <> 'm', c.seq";
-  auto rows = s.exec(sql, params, /*binary_result=*/true);
-  if (!rows.ok()) return rows.error();
+  const int row_count = rows->is_null(0, 3) ? 0 : rows->rows();
 
   std::vector<Unit> units;
   std::vector<std::uint32_t> rels;
-  for (int i = 0; i < rows->rows(); ++i) {
+  for (int i = 0; i < row_count; ++i) {
     ChangeRow row;
-    auto xid = parse_int<std::uint64_t>(rows->value(i, 0));
-    auto seq = parse_int<std::int64_t>(rows->value(i, 1));
-    auto rel = parse_int<std::uint32_t>(rows->value(i, 2));
-    std::string_view op = rows->value(i, 3);
+    auto xid = parse_int<std::uint64_t>(rows->value(i, 3));
+    auto seq = parse_int<std::int64_t>(rows->value(i, 4));
+    auto rel = parse_int<std::uint32_t>(rows->value(i, 5));
+    std::string_view op = rows->value(i, 6);
     if (!xid || !seq || !rel || op.size() != 1) return bad("malformed row in the change table");
     row.xid = *xid;
     row.seq = *seq;
     row.rel = *rel;
     row.op = op[0];
-    if (!rows->is_null(i, 4)) {
-      auto layout = parse_int<std::int32_t>(rows->value(i, 4));
+    if (!rows->is_null(i, 7)) {
+      auto layout = parse_int<std::int32_t>(rows->value(i, 7));
       if (!layout) return bad("malformed layout in the change table");
       row.layout = *layout;
     }
-    if (!rows->is_null(i, 5) && !rows->value(i, 5).empty()) row.old_kind = rows->value(i, 5)[0];
-    row.old_row = rows->get(i, 6);
-    row.new_row = rows->get(i, 7);
-    if (!rows->is_null(i, 8)) row.unchanged = parse_positions(rows->value(i, 8));
-    row.info = rows->get(i, 9);
-    if (!rows->is_null(i, 10)) row.content = std::string(rows->value(i, 10));
-    if (!rows->is_null(i, 11)) row.commit_time = parse_int<std::int64_t>(rows->value(i, 11));
-    if (row.rel != 0) rels.push_back(row.rel);
+    if (!rows->is_null(i, 8) && !rows->value(i, 8).empty()) row.old_kind = rows->value(i, 8)[0];
+    row.old_row = rows->get(i, 9);
+    row.new_row = rows->get(i, 10);
+    if (!rows->is_null(i, 11)) row.unchanged = parse_positions(rows->value(i, 11));
+    row.info = rows->get(i, 12);
+    if (!rows->is_null(i, 13)) row.content = std::string(rows->value(i, 13));
+    if (!rows->is_null(i, 14)) row.commit_time = parse_int<std::int64_t>(rows->value(i, 14));
+    if (row.rel != 0 && !layout_cache_->layouts.contains({row.rel, row.layout})) {
+      rels.push_back(row.rel);
+    }
     if (row.op == 'm') {
       units.push_back(Unit{true, {}});
     } else if (units.empty() || units.back().message || units.back().rows.front().xid != row.xid) {
@@ -440,11 +485,22 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
     }
     units.back().rows.push_back(std::move(row));
   }
-  stats.rows = static_cast<std::size_t>(rows->rows());
+  stats.rows = static_cast<std::size_t>(row_count);
+  // Tables whose stamped version is not cached were altered (or are new): reload all their
+  // versions, since a row may fit a later one.
   std::sort(rels.begin(), rels.end());
   rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
-  auto layouts = load_layouts(s, layouts_table_, rels);
-  if (!layouts.ok()) return layouts.error();
+  Layouts& cached = layout_cache_->layouts;
+  if (!rels.empty()) {
+    auto loaded = load_layouts(s, layouts_table_, rels);
+    if (!loaded.ok()) return loaded.error();
+    for (std::uint32_t rel : rels) {
+      cached.erase(cached.lower_bound({rel, std::numeric_limits<std::int32_t>::min()}),
+                   cached.upper_bound({rel, std::numeric_limits<std::int32_t>::max()}));
+    }
+    cached.merge(*loaded);
+  }
+  const Layouts* layouts = &cached;
 
   // Puts the Relation (and its Types) of a layout version into the catalog when another one is
   // there: the builder then sends it before the table's next change.
@@ -544,8 +600,10 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
     offset = h.end_lsn.value();
   }
   stats.transactions = built.size() - stats.messages;
-  rollback.active = false;
-  PGRELAY_TRY(s.run("COMMIT"));
+  if (in_transaction) {
+    rollback.active = false;
+    PGRELAY_TRY(s.run("COMMIT"));
+  }
 
   if (built.empty()) {
     // Nothing to persist: the transactions new in S_k wrote no rows, so resuming from the older

@@ -69,9 +69,15 @@ class TriggerPoller {
   // Connects and resumes from log.last_checkpoint(); the log must outlive the poller.
   static Result<std::unique_ptr<TriggerPoller>> open(PollerOptions options, log::ChangeLog& log);
 
+  ~TriggerPoller();
+  TriggerPoller(const TriggerPoller&) = delete;
+  TriggerPoller& operator=(const TriggerPoller&) = delete;
+
   // capture() then release().
   Result<PollStats> poll();
-  // Appends the transactions new since the last poll, with a checkpoint, in one append.
+  // Appends the transactions new since the last poll, with a checkpoint, in one append. It is
+  // one statement, one round trip: the upstream rows a previous capture() left for release()
+  // are deleted by it too, so a poller that only captures keeps the change table small.
   Result<PollStats> capture();
   // Like capture(), but in the snapshot exported as `snapshot_name` (pg_export_snapshot(), taken
   // after the last poll and still held open by its exporter) instead of a new one: exactly the
@@ -87,8 +93,8 @@ class TriggerPoller {
   PgSession& session() { return *session_; }
 
  private:
-  TriggerPoller(PollerOptions options, log::ChangeLog& log, std::unique_ptr<PgSession> session)
-      : options_(std::move(options)), log_(log), session_(std::move(session)) {}
+  struct LayoutCache;
+  TriggerPoller(PollerOptions options, log::ChangeLog& log, std::unique_ptr<PgSession> session);
 
   Result<PollStats> capture_with_sync(const std::string& snapshot_name);
   // One attempt; sets *layout_mismatch (and appends nothing) when a row fits none of its
@@ -96,6 +102,10 @@ class TriggerPoller {
   // With skip_unfit, such rows are counted in undecodable_rows and left out instead.
   Result<PollStats> capture_once(const std::string& snapshot_name, bool* layout_mismatch,
                                  bool skip_unfit = false);
+
+  // S_k's head and the change rows new in it, in log order; with `releasing`, the same
+  // statement deletes the rows of the persisted snapshot (see release()).
+  Result<QueryResult> read_changes(bool releasing);
 
   PollerOptions options_;
   log::ChangeLog& log_;
@@ -109,6 +119,7 @@ class TriggerPoller {
   log::SchemaCatalog catalog_;
   // The layout version whose Relation catalog_ holds, per table.
   std::map<std::uint32_t, std::int32_t> catalog_layouts_;
+  std::unique_ptr<LayoutCache> layout_cache_;
 };
 
 }  // namespace pgrelay::capture
