@@ -42,6 +42,7 @@ Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOpti
   }
   PGRELAY_TRY(svc->connect());
   svc->thread_ = std::thread([s = svc.get()] { s->run(); });
+  svc->detector_ = std::thread([s = svc.get()] { s->run_detector(); });
   return svc;
 }
 
@@ -53,9 +54,14 @@ CaptureService::~CaptureService() {
 }
 
 void CaptureService::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
   wake();
+  detector_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (detector_.joinable()) detector_.join();
   std::lock_guard lock(mu_);
   for (auto& task : tasks_) task->result = Status(stopped_error());
   tasks_.clear();
@@ -204,7 +210,6 @@ void CaptureService::run_tasks() {
 void CaptureService::run() {
   std::chrono::milliseconds interval = options_.min_poll;
   std::chrono::milliseconds backoff = options_.reconnect_min;
-  Clock::time_point last_detect = Clock::now();
   while (!stopping_) {
     run_tasks();
     if (!poller_ || !listener_) {
@@ -216,11 +221,6 @@ void CaptureService::run() {
         backoff = std::min(backoff * 2, options_.reconnect_max);
         continue;
       }
-    }
-    if (Clock::now() - last_detect >= options_.detect_interval) {
-      last_detect = Clock::now();
-      auto synced = sync_tables(poller_->session(), options_.poller.schema);
-      if (!synced.ok()) note_error(synced.error());
     }
     bool found = false;
     auto polled = poll_once(&found);
@@ -251,6 +251,28 @@ void CaptureService::run() {
     wait(interval);
   }
   disconnect();
+}
+
+void CaptureService::run_detector() {
+  std::unique_ptr<PgSession> session;
+  std::unique_lock lock(mu_);
+  while (!detector_cv_.wait_for(lock, options_.detect_interval, [&] { return stopping_.load(); })) {
+    lock.unlock();
+    if (!session || !session->connection_ok()) {
+      auto connected = PgSession::connect(options_.poller.conninfo);
+      if (connected.ok()) {
+        session = std::move(*connected);
+      } else {
+        session.reset();
+        note_error(connected.error());
+      }
+    }
+    if (session) {
+      auto synced = sync_tables(*session, options_.poller.schema);
+      if (!synced.ok()) note_error(synced.error());
+    }
+    lock.lock();
+  }
 }
 
 Result<ExportedSnapshot> CaptureService::export_snapshot() {

@@ -776,7 +776,10 @@ Result<int> sync_tables(PgSession& session, const std::string& schema) {
   if (!names.ok()) return names.error();
   Transaction txn(session);
   PGRELAY_TRY(txn.begin());
-  PGRELAY_TRY(session.run("SELECT set_config('pgrelay.in_sync', 'on', true)"));
+  // The poller's session, which runs this too, plans without sequential scans (see
+  // TriggerPoller::open); the catalog queries of sync() need them.
+  PGRELAY_TRY(session.run(
+      "SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', 'on', true)"));
   auto r = session.exec("SELECT " + names->schema + ".sync(false)");
   if (!r.ok()) return r.error();
   const int n = static_cast<int>(to_u32(r->value(0, 0)));

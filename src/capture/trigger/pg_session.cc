@@ -54,6 +54,25 @@ Result<QueryResult> PgSession::exec(const std::string& sql, const Params& params
     res = PQexecParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr, values.data(),
                        nullptr, nullptr, binary_result ? 1 : 0);
   }
+  return finish(res);
+}
+
+Result<QueryResult> PgSession::exec_prepared(const std::string& name, const std::string& sql,
+                                             const Params& params, bool binary_result) {
+  if (!prepared_.contains(name)) {
+    auto prepared = finish(
+        PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr));
+    if (!prepared.ok()) return prepared.error();
+    prepared_.insert(name);
+  }
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  return finish(PQexecPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
+                               nullptr, nullptr, binary_result ? 1 : 0));
+}
+
+Result<QueryResult> PgSession::finish(PGresult* res) {
   if (res == nullptr) return connection_error("query failed");
   QueryResult result(res);
   const ExecStatusType st = PQresultStatus(res);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,10 @@ class PgSession {
   Result<QueryResult> exec(const std::string& sql, const Params& params = {},
                            bool binary_result = false);
   Status run(const std::string& sql, const Params& params = {});
+  // Like exec(), through a statement prepared as `name` on first use and kept for the session:
+  // for statements run so often that planning them each time would cost more than running.
+  Result<QueryResult> exec_prepared(const std::string& name, const std::string& sql,
+                                    const Params& params, bool binary_result = false);
 
   // Quoted identifier / literal for generated SQL (PQescapeIdentifier / PQescapeLiteral).
   Result<std::string> ident(std::string_view name);
@@ -69,8 +74,11 @@ class PgSession {
  private:
   explicit PgSession(PGconn* conn) : conn_(conn) {}
   Error connection_error(const std::string& what) const;
+  // Takes ownership of `res`: the result, or its error (SQLSTATE kept).
+  Result<QueryResult> finish(PGresult* res);
 
   PGconn* conn_ = nullptr;
+  std::set<std::string> prepared_;
 };
 
 }  // namespace pgrelay::capture

@@ -106,6 +106,10 @@ class TriggerPoller {
   // S_k's head and the change rows new in it, in log order; with `releasing`, the same
   // statement deletes the rows of the persisted snapshot (see release()).
   Result<QueryResult> read_changes(bool releasing);
+  // The condition selecting the rows release() deletes; appends its parameters.
+  std::string released_rows(Params& params) const;
+  // Records that release() (or read_changes(true)) deleted them.
+  void released();
 
   PollerOptions options_;
   log::ChangeLog& log_;
@@ -116,6 +120,8 @@ class TriggerPoller {
   std::string prev_snapshot_;       // S_{k-1}; empty before the first poll ever
   std::string persisted_snapshot_;  // snapshot of the last checkpoint in the log
   bool release_pending_ = false;
+  // The persisted snapshot of the last release; empty until one ran in this process.
+  std::string released_floor_;
   log::SchemaCatalog catalog_;
   // The layout version whose Relation catalog_ holds, per table.
   std::map<std::uint32_t, std::int32_t> catalog_layouts_;
