@@ -59,13 +59,12 @@ Result<std::optional<EncodedMessage>> EntryEncoder::next() {
   return std::optional<EncodedMessage>();
 }
 
-std::string EncodedEntryCache::key_of(const std::string& view_key, Lsn end_lsn) {
-  return view_key + '@' + std::to_string(end_lsn.value());
+std::uint64_t EncodedEntryCache::view_id(const std::string& view_key) {
+  return view_ids_.try_emplace(view_key, view_ids_.size()).first->second;
 }
 
-std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(const std::string& view_key,
-                                                            Lsn end_lsn) {
-  auto it = index_.find(key_of(view_key, end_lsn));
+std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(std::uint64_t view_id, Lsn end_lsn) {
+  auto it = index_.find(Key{view_id, end_lsn.value()});
   if (it == index_.end()) {
     ++misses_;
     return nullptr;
@@ -75,11 +74,11 @@ std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(const std::string& v
   return it->second->entry;
 }
 
-void EncodedEntryCache::insert(const std::string& view_key, Lsn end_lsn,
+void EncodedEntryCache::insert(std::uint64_t view_id, Lsn end_lsn,
                                std::shared_ptr<const EncodedEntry> entry) {
   if (!entry || entry->bytes > capacity_) return;
-  std::string key = key_of(view_key, end_lsn);
-  if (index_.count(key)) return;
+  const Key key{view_id, end_lsn.value()};
+  if (index_.contains(key)) return;
   size_ += entry->bytes;
   lru_.push_front(Node{key, std::move(entry)});
   index_[key] = lru_.begin();

@@ -55,23 +55,36 @@ class EntryEncoder {
 class EncodedEntryCache {
  public:
   explicit EncodedEntryCache(std::size_t capacity_bytes) : capacity_(capacity_bytes) {}
-  std::shared_ptr<const EncodedEntry> find(const std::string& view_key, Lsn end_lsn);
-  void insert(const std::string& view_key, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
+  // A small number standing for a view's key (publications, options, filters), the same for
+  // equal keys: looked up once per session, so the lookups per entry hash two integers.
+  std::uint64_t view_id(const std::string& view_key);
+  std::shared_ptr<const EncodedEntry> find(std::uint64_t view_id, Lsn end_lsn);
+  void insert(std::uint64_t view_id, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
   std::size_t capacity() const { return capacity_; }
   std::size_t hits() const { return hits_; }
   std::size_t misses() const { return misses_; }
 
  private:
+  struct Key {
+    std::uint64_t view_id;
+    std::uint64_t end_lsn;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      return std::hash<std::uint64_t>()(k.end_lsn ^ (k.view_id * 0x9E3779B97F4A7C15ull));
+    }
+  };
   struct Node {
-    std::string key;
+    Key key;
     std::shared_ptr<const EncodedEntry> entry;
   };
-  static std::string key_of(const std::string& view_key, Lsn end_lsn);
   std::size_t capacity_;
   std::size_t size_ = 0;
   std::size_t hits_ = 0, misses_ = 0;
+  std::unordered_map<std::string, std::uint64_t> view_ids_;
   std::list<Node> lru_;  // front = most recent
-  std::unordered_map<std::string, std::list<Node>::iterator> index_;
+  std::unordered_map<Key, std::list<Node>::iterator, KeyHash> index_;
 };
 
 }  // namespace pgrelay::server

@@ -109,19 +109,24 @@ struct SessionRelations {
   std::vector<EncodedMessage> pending_types;      // Types waiting for their Relation (rare)
 };
 
+void put_be(std::uint8_t* p, std::uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<std::uint8_t>(v);
+}
+
+// Runs once per message per consumer, so it writes straight into `out`: no allocation.
 void append_encoded(Bytes& out, const EncodedMessage& m, std::int64_t send_time) {
   // CopyData('d', length) wrapping XLogData('w', start, end, time, payload).
-  std::size_t body = 1 + 8 + 8 + 8 + m.payload.size();
-  ByteWriter w;
-  w.u8('d');
-  w.u32(static_cast<std::uint32_t>(body + 4));
-  w.u8('w');
-  w.u64(m.lsn.value());
-  w.u64(m.lsn.value());
-  w.i64(send_time);
-  Bytes header = std::move(w).take();
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), m.payload.begin(), m.payload.end());
+  constexpr std::size_t kHeader = 1 + 4 + 1 + 8 + 8 + 8;
+  const std::size_t at = out.size();
+  out.resize(at + kHeader + m.payload.size());
+  std::uint8_t* p = out.data() + at;
+  p[0] = 'd';
+  put_be(p + 1, kHeader - 1 + m.payload.size(), 4);
+  p[5] = 'w';
+  put_be(p + 6, m.lsn.value(), 8);
+  put_be(p + 14, m.lsn.value(), 8);
+  put_be(p + 22, static_cast<std::uint64_t>(send_time), 8);
+  std::copy(m.payload.begin(), m.payload.end(), p + kHeader);
 }
 
 void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t send_time,
@@ -151,12 +156,12 @@ void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t sen
 constexpr std::size_t kMaxCachedEntry = 4u << 20;
 
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
-                                       const std::string& view_key, log::Cursor& cursor,
+                                       std::uint64_t view_id, log::Cursor& cursor,
                                        const log::EntryMeta& meta, log::ChangeView& view,
                                        SessionRelations& relations, Bytes& out,
                                        std::size_t& produced) {
   std::int64_t send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
-  if (auto cached = hub.encoded_cache().find(view_key, meta.end_lsn)) {
+  if (auto cached = hub.encoded_cache().find(view_id, meta.end_lsn)) {
     for (const auto& m : cached->messages) {
       std::size_t before = out.size();
       emit(m, relations, send_time, out);
@@ -191,7 +196,7 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
   }
   relations.pending_types.clear();
-  if (built) hub.encoded_cache().insert(view_key, meta.end_lsn, std::move(built));
+  if (built) hub.encoded_cache().insert(view_id, meta.end_lsn, std::move(built));
   co_return Status{};
 }
 
@@ -232,6 +237,7 @@ void report_catch_up(CatchUpProgress& progress, const WalsenderParams& params, L
 upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
                                                      ReplicationHub& hub, WalsenderParams params) {
   auto executor = co_await asio::this_coro::executor;
+  const std::uint64_t view_id = hub.encoded_cache().view_id(params.view_key);
   auto slot = hub.slots().get(params.slot);
   if (!slot) {
     co_return Error::make(sqlstate::kUndefinedObject,
@@ -300,8 +306,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended = co_await send_entry(client, hub, params.view_key, **cursor, m, view,
-                                          relations, out, produced);
+      auto appended =
+          co_await send_entry(client, hub, view_id, **cursor, m, view, relations, out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
         // What the view refuses to send (a publication error Postgres raises while decoding
