@@ -700,8 +700,10 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " keys bool[] NOT NULL, generated bool[] NOT NULL, toastable bool[] NOT NULL,"
                     " PRIMARY KEY (relid, version))"));
   // Issues layout versions (see refresh_table); it starts past the versions that an
-  // installation of version 2, which numbered them per table, recorded.
-  PGRELAY_TRY(s.run("CREATE SEQUENCE IF NOT EXISTS " + n.layout_versions + " AS int4"));
+  // installation of version 2, which numbered them per table, recorded. Owned by the column,
+  // it goes with the table.
+  PGRELAY_TRY(s.run("CREATE SEQUENCE IF NOT EXISTS " + n.layout_versions + " AS int4 OWNED BY " +
+                    n.layouts + ".version"));
   PGRELAY_TRY(
       s.run("SELECT pg_catalog.setval($1::pg_catalog.regclass, x.m) FROM (SELECT "
             "max(version) AS m FROM " +
@@ -778,8 +780,9 @@ Result<int> sync_tables(PgSession& session, const std::string& schema) {
   PGRELAY_TRY(txn.begin());
   // The poller's session, which runs this too, plans without sequential scans (see
   // TriggerPoller::open); the catalog queries of sync() need them.
-  PGRELAY_TRY(session.run(
-      "SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', 'on', true)"));
+  PGRELAY_TRY(
+      session.run("SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', "
+                  "'on', true)"));
   auto r = session.exec("SELECT " + names->schema + ".sync(false)");
   if (!r.ok()) return r.error();
   const int n = static_cast<int>(to_u32(r->value(0, 0)));
@@ -820,7 +823,6 @@ Status uninstall(PgSession& session, const std::string& schema) {
     }
     PGRELAY_TRY(s.run("DROP TABLE IF EXISTS " + n.changes + ", " + n.captured + ", " + n.layouts +
                       ", " + n.sources + ", " + n.wakeup + ", " + n.meta));
-    PGRELAY_TRY(s.run("DROP SEQUENCE IF EXISTS " + n.layout_versions));
   }
   return txn.commit();
 }

@@ -436,7 +436,7 @@ Result<QueryResult> TriggerPoller::read_changes(bool releasing) {
            ") AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, " + prev + ")";
   }
   sql += ") c ON true ORDER BY c.unit_order, c.op <> 'm', c.seq";
-  // Four shapes (releasing or not, with a previous snapshot or not), each planned once.
+  // Each shape (releasing, bounded below, after a previous snapshot) is planned once.
   const std::string name = std::string("pgrelay_poll_") + (releasing ? "r" : "") +
                            (released_floor_.empty() || !releasing ? "" : "f") +
                            (prev_snapshot_.empty() ? "" : "p");
@@ -463,7 +463,7 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
   if (in_transaction) {
     auto name = s.literal(snapshot_name);
     if (!name.ok()) return name.error();
-    PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ"));
+    PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
   const bool releasing = release_pending_ && !in_transaction;
