@@ -13,6 +13,7 @@
 #include "log/change_log.h"
 #include "log/slots.h"
 #include "server/entry_encoder.h"
+#include "upstream/libpq_pool.h"
 #include "upstream/upstream_config.h"
 
 namespace pgrelay::server {
@@ -65,6 +66,9 @@ class ReplicationHub {
   CaptureLink* capture() { return capture_; }
   asio::thread_pool& blocking() { return blocking_; }
   const upstream::UpstreamConfig& upstream() const { return upstream_; }
+  // libpq connections for side queries made on the blocking pool (publications at
+  // START_REPLICATION).
+  upstream::LibpqPool& side_connections() { return side_connections_; }
 
   int allocate_pid() { return next_pid_++; }
   // Encoded entries shared by walsenders with the same view (executor thread only).
@@ -112,6 +116,7 @@ class ReplicationHub {
   log::SlotRegistry& slots_;
   CaptureLink* capture_;
   upstream::UpstreamConfig upstream_;
+  upstream::LibpqPool side_connections_;
   int next_pid_ = kFirstWalsenderPid;
   EncodedEntryCache encoded_cache_{64u << 20};
   std::set<asio::steady_timer*> watchers_;

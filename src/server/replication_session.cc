@@ -450,15 +450,9 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
 
   auto conninfo = context_.upstream.conninfo(startup_.database());
   auto view = co_await run_blocking(hub_.blocking(), [&]() -> Result<log::ViewOptions> {
-    PGconn* conn = PQconnectdb(conninfo.c_str());
-    if (PQstatus(conn) != CONNECTION_OK) {
-      std::string message = PQerrorMessage(conn);
-      PQfinish(conn);
-      return Error::make("08006", "could not connect to the upstream: " + message);
-    }
-    auto result = load_publication_view(conn, options->publication_names, options->messages);
-    PQfinish(conn);
-    return result;
+    auto conn = hub_.side_connections().acquire(conninfo);
+    if (!conn.ok()) return conn.error();
+    return load_publication_view(conn->get(), options->publication_names, options->messages);
   });
   if (!view.ok()) {
     (void)hub_.slots().release(name);
