@@ -109,24 +109,20 @@ struct SessionRelations {
   std::vector<EncodedMessage> pending_types;      // Types waiting for their Relation (rare)
 };
 
-void put_be(std::uint8_t* p, std::uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<std::uint8_t>(v);
-}
-
-// Runs once per message per consumer, so it writes straight into `out`: no allocation.
+// Runs once per message per consumer, so it appends to `out` itself (moved through a
+// ByteWriter and back): no buffer of its own to allocate.
 void append_encoded(Bytes& out, const EncodedMessage& m, std::int64_t send_time) {
   // CopyData('d', length) wrapping XLogData('w', start, end, time, payload).
-  constexpr std::size_t kHeader = 1 + 4 + 1 + 8 + 8 + 8;
-  const std::size_t at = out.size();
-  out.resize(at + kHeader + m.payload.size());
-  std::uint8_t* p = out.data() + at;
-  p[0] = 'd';
-  put_be(p + 1, kHeader - 1 + m.payload.size(), 4);
-  p[5] = 'w';
-  put_be(p + 6, m.lsn.value(), 8);
-  put_be(p + 14, m.lsn.value(), 8);
-  put_be(p + 22, static_cast<std::uint64_t>(send_time), 8);
-  std::copy(m.payload.begin(), m.payload.end(), p + kHeader);
+  const std::size_t body = 1 + 8 + 8 + 8 + m.payload.size();
+  ByteWriter w(std::move(out));
+  w.u8('d');
+  w.u32(static_cast<std::uint32_t>(body + 4));
+  w.u8('w');
+  w.u64(m.lsn.value());
+  w.u64(m.lsn.value());
+  w.i64(send_time);
+  w.raw(m.payload);
+  out = std::move(w).take();
 }
 
 void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t send_time,
