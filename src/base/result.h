@@ -13,6 +13,7 @@ namespace pgrelay {
 namespace sqlstate {
 inline constexpr const char* kProtocolViolation = "08P01";
 inline constexpr const char* kConnectionException = "08000";
+inline constexpr const char* kConnectionFailure = "08006";
 inline constexpr const char* kInvalidAuthorization = "28000";
 inline constexpr const char* kInvalidPassword = "28P01";
 inline constexpr const char* kSyntaxError = "42601";

@@ -1,10 +1,12 @@
-// Starts trigger capture for `serve` and presents it to the server as a CaptureLink.
+// Starts `serve`'s capture (trigger or native) and presents it to the server as a CaptureLink.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "base/result.h"
+#include "capture/native/native_capture.h"
 #include "capture/trigger/capture_service.h"
 #include "log/change_log.h"
 #include "server/replication_hub.h"
@@ -12,7 +14,18 @@
 
 namespace pgrelay::cli {
 
-class TriggerCaptureLink final : public server::CaptureLink {
+// What /metrics and the startup log report of either capture.
+struct CaptureFigures {
+  std::uint64_t transactions = 0, rows = 0, reconnects = 0;
+  std::string last_error;
+};
+
+class ServeCapture : public server::CaptureLink {
+ public:
+  virtual CaptureFigures figures() const = 0;
+};
+
+class TriggerCaptureLink final : public ServeCapture {
  public:
   // Installs capture in `schema` upstream (every table of every publication) and starts
   // polling into `log`; stops when destroyed.
@@ -23,8 +36,8 @@ class TriggerCaptureLink final : public server::CaptureLink {
 
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;
+  CaptureFigures figures() const override;
 
-  capture::CaptureService::Stats stats() const { return service_->stats(); }
   const capture::InstallReport& install_report() const { return service_->install_report(); }
 
  private:
@@ -32,5 +45,29 @@ class TriggerCaptureLink final : public server::CaptureLink {
       : service_(std::move(service)) {}
   std::unique_ptr<capture::CaptureService> service_;
 };
+
+class NativeCaptureLink final : public ServeCapture {
+ public:
+  // Mirrors the upstream's publications into pgrelay's own, creates the upstream slot named
+  // after the log's system id on first start, and streams it into `log`.
+  static Result<std::unique_ptr<NativeCaptureLink>> start(const upstream::UpstreamConfig& upstream,
+                                                          const std::string& schema,
+                                                          const std::string& data_dir,
+                                                          log::ChangeLog& log, Logger* logger);
+
+  Result<server::ExportedSnapshot> export_snapshot() override;
+  Result<wire::Lsn> sync() override;
+  CaptureFigures figures() const override;
+
+  const capture::NativeSetupReport& setup_report() const { return capture_->setup_report(); }
+
+ private:
+  explicit NativeCaptureLink(std::unique_ptr<capture::NativeCapture> capture)
+      : capture_(std::move(capture)) {}
+  std::unique_ptr<capture::NativeCapture> capture_;
+};
+
+// The upstream slot native capture uses for the log with this system id.
+std::string native_slot_name(std::uint64_t system_id);
 
 }  // namespace pgrelay::cli

@@ -344,10 +344,62 @@ void log_error(Logger& logger, const Error& error) {
                {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
 }
 
+// Which capture `options.capture` asks for: "auto" keeps the mode an existing log was captured
+// with, and otherwise takes native capture where the upstream allows it.
+Result<bool> wants_native_capture(const ServeOptions& options,
+                                  const upstream::UpstreamConfig& upstream,
+                                  const log::ChangeLog& log, Logger& logger) {
+  if (options.capture == "native") return true;
+  if (options.capture == "trigger") return false;
+  if (auto checkpoint = log.last_checkpoint()) {
+    static constexpr std::string_view kNative = "pgrelay-native-checkpoint";
+    return std::string_view(reinterpret_cast<const char*>(checkpoint->data()), checkpoint->size())
+        .starts_with(kNative);
+  }
+  auto session = capture::PgSession::connect(upstream.conninfo());
+  if (!session.ok()) return session.error();
+  if (auto possible = capture::check_native_capture_possible(**session, options.schema);
+      !possible.ok()) {
+    logger.info("using trigger capture: " + possible.error().message);
+    return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
+                                                    const upstream::UpstreamConfig& upstream,
+                                                    log::ChangeLog& log, Logger& logger) {
+  auto native = wants_native_capture(options, upstream, log, logger);
+  if (!native.ok()) return native.error();
+  if (*native) {
+    logger.info("starting native capture", {{"schema", options.schema},
+                                            {"upstream", upstream.describe()},
+                                            {"database", upstream.dbname},
+                                            {"slot", native_slot_name(log.system_id())}});
+    auto link = NativeCaptureLink::start(upstream, options.schema, options.data_dir, log, &logger);
+    if (!link.ok()) return link.error();
+    const auto& setup = (*link)->setup_report();
+    logger.info("native capture streaming",
+                {{"captured_tables", setup.captured_tables},
+                 {"ddl_tracking", setup.event_trigger ? "event trigger (exact)" : "interval"}});
+    return std::unique_ptr<ServeCapture>(std::move(*link));
+  }
+  logger.info("installing trigger capture", {{"schema", options.schema},
+                                             {"upstream", upstream.describe()},
+                                             {"database", upstream.dbname}});
+  auto link = TriggerCaptureLink::start(upstream, options.schema, options.data_dir, log);
+  if (!link.ok()) return link.error();
+  const auto& installed = (*link)->install_report();
+  logger.info("trigger capture installed",
+              {{"captured_tables", installed.captured_tables},
+               {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
+  return std::unique_ptr<ServeCapture>(std::move(*link));
+}
+
 // The values /metrics reads at scrape time beside the server's own counters.
-void publish_metrics(server::MetricWriter& out, const TriggerCaptureLink& capture,
+void publish_metrics(server::MetricWriter& out, const ServeCapture& capture,
                      const log::ChangeLog& log, server::ReplicationHub& hub) {
-  auto stats = capture.stats();
+  auto stats = capture.figures();
   out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"}, {},
               static_cast<double>(stats.transactions));
   out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, {},
@@ -476,20 +528,10 @@ int run_serve(const ServeOptions& options) {
     return 1;
   }
 
-  logger.info("installing trigger capture", {{"schema", options.schema},
-                                             {"upstream", upstream->describe()},
-                                             {"database", upstream->dbname}});
-  auto capture =
-      TriggerCaptureLink::start(*upstream, options.schema, options.data_dir, **change_log);
+  auto capture = start_capture(options, *upstream, **change_log, logger);
   if (!capture.ok()) {
     report(capture.error());
     return 1;
-  }
-  {
-    const auto& installed = (*capture)->install_report();
-    logger.info("trigger capture installed",
-                {{"captured_tables", installed.captured_tables},
-                 {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
   }
 
   asio::io_context io;
@@ -621,7 +663,7 @@ int run_serve(const ServeOptions& options) {
   server.start();
 
   // Scrape-time values for /metrics (on the io thread).
-  TriggerCaptureLink& capture_link = **capture;
+  ServeCapture& capture_link = **capture;
   metrics.add_collector(
       [&](server::MetricWriter& out) { publish_metrics(out, capture_link, **change_log, hub); });
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
@@ -736,6 +778,15 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "PostgreSQL; one pgrelay per directory")
           ->capture_default_str(),
       "PGRELAY_DATA_DIR");
+  env(cmd->add_option("--capture", options->capture,
+                      "How row changes are captured: trigger (triggers pgrelay installs; any\n"
+                      "upstream, any wal_level), native (pgrelay streams its own logical slot\n"
+                      "from the upstream: needs wal_level = logical and the REPLICATION right;\n"
+                      "writers pay nothing extra), or auto (native where the upstream allows it,\n"
+                      "else trigger; an existing log keeps the mode it was captured with)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"trigger", "native", "auto"})),
+      "PGRELAY_CAPTURE");
   env(cmd->add_option("--schema", options->schema,
                       "Upstream schema for pgrelay's capture tables, triggers and catalog views")
           ->capture_default_str(),

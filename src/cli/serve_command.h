@@ -18,6 +18,9 @@ struct ServeOptions {
   std::string listen = "127.0.0.1:5433";
   std::string data_dir = "./pgrelay-data";
   std::string schema = "_pgrelay";  // upstream schema for capture and the virtual catalog
+  // How changes are captured: "trigger" (any upstream), "native" (the upstream's logical
+  // decoding: wal_level = logical and the REPLICATION right), or "auto" (native where possible).
+  std::string capture = "trigger";
   std::string tls_cert;             // empty: DATA_DIR/tls/server.crt, generated on first start
   std::string tls_key;
   bool no_tls = false;

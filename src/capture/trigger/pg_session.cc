@@ -17,7 +17,17 @@ std::string trim_newline(std::string s) {
 }  // namespace
 
 Result<std::unique_ptr<PgSession>> PgSession::connect(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+  return adopt(PQconnectdb(conninfo.c_str()));
+}
+
+Result<std::unique_ptr<PgSession>> PgSession::connect_replication(const std::string& conninfo) {
+  // dbname is expanded as a conninfo string or URL; the later keyword overrides what it set.
+  const char* keys[] = {"dbname", "replication", nullptr};
+  const char* values[] = {conninfo.c_str(), "database", nullptr};
+  return adopt(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+}
+
+Result<std::unique_ptr<PgSession>> PgSession::adopt(PGconn* conn) {
   if (conn == nullptr) {
     return Error::make(sqlstate::kConnectionException, "could not allocate a libpq connection");
   }

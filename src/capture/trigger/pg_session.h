@@ -44,6 +44,9 @@ class PgSession {
  public:
   // Connects with a libpq conninfo string; 08000 with libpq's message on failure.
   static Result<std::unique_ptr<PgSession>> connect(const std::string& conninfo);
+  // The same with replication=database: a walsender connection that takes replication
+  // commands (CREATE_REPLICATION_SLOT, START_REPLICATION) beside simple SQL.
+  static Result<std::unique_ptr<PgSession>> connect_replication(const std::string& conninfo);
   ~PgSession();
   PgSession(const PgSession&) = delete;
   PgSession& operator=(const PgSession&) = delete;
@@ -73,6 +76,7 @@ class PgSession {
 
  private:
   explicit PgSession(PGconn* conn) : conn_(conn) {}
+  static Result<std::unique_ptr<PgSession>> adopt(PGconn* conn);
   Error connection_error(const std::string& what) const;
   // Takes ownership of `res`: the result, or its error (SQLSTATE kept).
   Result<QueryResult> finish(PGresult* res);

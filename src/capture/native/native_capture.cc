@@ -1,0 +1,440 @@
+// Runs native capture: streams pgrelay's upstream slot through pgoutput into the change log.
+#include "capture/native/native_capture.h"
+
+#include <algorithm>
+#include <string_view>
+#include <type_traits>
+
+namespace pgrelay::capture {
+namespace {
+
+// The checkpoint native capture keeps in the log: which upstream slot the log continues. Trigger
+// capture's checkpoints start differently, so neither mode continues the other's log.
+constexpr std::string_view kCheckpointMagic = "pgrelay-native-checkpoint 1\n";
+
+bool valid_slot_name(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+Error capture_error(std::string message, std::string hint = {}) {
+  return Error::make(sqlstate::kObjectNotInPrerequisiteState, std::move(message), std::move(hint));
+}
+
+Result<Lsn> lsn_of(std::string_view text, const char* what) {
+  auto lsn = Lsn::parse(text);
+  if (!lsn) return Error::make(sqlstate::kProtocolViolation, std::string("invalid ") + what);
+  return *lsn;
+}
+
+}  // namespace
+
+NativeCapture::NativeCapture(NativeCaptureOptions options, log::ChangeLog& log)
+    : options_(std::move(options)), log_(log) {}
+
+NativeCapture::~NativeCapture() {
+  stop();
+}
+
+Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions options,
+                                                            log::ChangeLog& log) {
+  if (!valid_slot_name(options.slot)) {
+    return Error::make(sqlstate::kInvalidName,
+                       "invalid upstream slot name \"" + options.slot + "\"",
+                       "Slot names use lower case letters, digits and underscores, at most 63.");
+  }
+  std::unique_ptr<NativeCapture> capture(new NativeCapture(std::move(options), log));
+  PGRELAY_TRY(capture->check_log_is_native());
+  {
+    auto session = PgSession::connect(capture->options_.conninfo);
+    if (!session.ok()) return session.error();
+    if (capture->options_.install_on_start) {
+      auto setup = install_native_capture(**session, {capture->options_.schema});
+      if (!setup.ok()) return setup.error();
+      capture->setup_ = *setup;
+    } else {
+      PGRELAY_TRY(check_native_capture_possible(**session, capture->options_.schema));
+    }
+  }
+  log::BuilderOptions builder;
+  builder.spill_dir = capture->options_.spill_dir;
+  capture->builder_ = std::make_unique<log::TransactionBuilder>(capture->catalog_, builder);
+  capture->durable_end_ = log.last_end_lsn();
+  PGRELAY_TRY(capture->connect());
+  capture->thread_ = std::thread([c = capture.get()] { c->run(); });
+  capture->mirror_thread_ = std::thread([c = capture.get()] { c->run_mirror(); });
+  return capture;
+}
+
+void NativeCapture::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (mirror_thread_.joinable()) mirror_thread_.join();
+}
+
+Status NativeCapture::check_log_is_native() {
+  auto checkpoint = log_.last_checkpoint();
+  if (!checkpoint) return {};
+  std::string_view text(reinterpret_cast<const char*>(checkpoint->data()), checkpoint->size());
+  if (text.substr(0, kCheckpointMagic.size()) == kCheckpointMagic) {
+    std::string_view slot = text.substr(kCheckpointMagic.size());
+    if (!slot.empty() && slot.back() == '\n') slot.remove_suffix(1);
+    if (slot == options_.slot) return {};
+    return capture_error("this log continues upstream slot \"" + std::string(slot) + "\", not \"" +
+                             options_.slot + "\"",
+                         "Start pgrelay with the data directory that slot belongs to, or a new "
+                         "--data-dir.");
+  }
+  return capture_error("this data directory's log was captured with triggers",
+                       "Keep --capture trigger for it, or start native capture with a new "
+                       "--data-dir (and run `pgrelay capture uninstall` on the upstream).");
+}
+
+Status NativeCapture::connect() {
+  auto session = PgSession::connect_replication(options_.conninfo);
+  if (!session.ok()) return session.error();
+  // Slot names are checked to need no quoting (valid_slot_name), and the replication grammar
+  // takes no parameters.
+  auto found = (*session)->exec(
+      "SELECT plugin, database = current_database() FROM pg_catalog.pg_replication_slots "
+      "WHERE slot_name = '" +
+      options_.slot + "'");
+  if (!found.ok()) return found.error();
+  const bool have_checkpoint = log_.last_checkpoint().has_value();
+  if (found->rows() == 0) {
+    if (have_checkpoint) {
+      return capture_error(
+          "upstream replication slot \"" + options_.slot + "\" no longer exists: changes after " +
+              log_.last_end_lsn().to_string() + " were not captured and cannot be recovered",
+          "Start pgrelay with a new --data-dir; consumers then copy their tables again.");
+    }
+    PGRELAY_TRY((*session)->run("CREATE_REPLICATION_SLOT " + options_.slot +
+                                " LOGICAL pgoutput (SNAPSHOT 'nothing')"));
+  } else if (found->value(0, 0) != "pgoutput" || found->value(0, 1) != "t") {
+    return capture_error("upstream replication slot \"" + options_.slot +
+                             "\" exists but is not a pgoutput slot of this database",
+                         "Drop it on the upstream (pg_drop_replication_slot) or point pgrelay at "
+                         "the database it was made for.");
+  }
+  if (!have_checkpoint) {
+    const std::string text = std::string(kCheckpointMagic) + options_.slot + "\n";
+    Bytes data(text.begin(), text.end());
+    log::EntryMeta meta;
+    meta.kind = log::EntryKind::kCheckpoint;
+    meta.begin_lsn = meta.commit_lsn = meta.end_lsn = log_.last_end_lsn();
+    const log::PendingEntry entry{meta, data, nullptr};
+    PGRELAY_TRY(log_.append(std::span<const log::PendingEntry>(&entry, 1)));
+  }
+
+  const std::string publications = "\"" + capture_publication(options_.schema) + "\",\"" +
+                                   keyless_capture_publication(options_.schema) + "\"";
+  const std::string stream_options =
+      "proto_version '1', publication_names '" + publications + "', messages 'true'";
+  // Postgres starts at max(this, the slot's confirmed position); what the log already holds is
+  // skipped there, and by commit LSN below for anything the slot had not been told.
+  auto stream = ReplicationStream::start(std::move(*session), options_.slot, log_.last_end_lsn(),
+                                         stream_options);
+  if (!stream.ok()) return stream.error();
+  stream_ = std::move(*stream);
+  decoder_.emplace(pgoutput::DecoderOptions{});
+  durable_end_ = log_.last_end_lsn();
+  last_status_ = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  if (connected_before_) ++stats_.reconnects;
+  connected_before_ = true;
+  return {};
+}
+
+void NativeCapture::run() {
+  auto backoff = options_.reconnect_min;
+  while (!stopping_) {
+    if (!stream_) {
+      if (auto st = connect(); !st.ok()) {
+        note_error(st.error());
+        reset_stream();
+        sleep_interruptibly(backoff);
+        backoff = std::min(backoff * 2, options_.reconnect_max);
+        continue;
+      }
+    }
+    auto st = pump();
+    if (stopping_) break;
+    if (st.ok()) {
+      backoff = options_.reconnect_min;
+      continue;
+    }
+    note_error(st.error());
+    reset_stream();
+    sleep_interruptibly(backoff);
+    backoff = std::min(backoff * 2, options_.reconnect_max);
+  }
+  reset_stream();
+}
+
+void NativeCapture::run_mirror() {
+  std::unique_ptr<PgSession> session;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.mirror_interval, [&] { return stopping_.load(); });
+    if (stopping_) break;
+    lock.unlock();
+    if (!session || !session->connection_ok()) {
+      auto connected = PgSession::connect(options_.conninfo);
+      if (connected.ok()) {
+        session = std::move(*connected);
+      } else {
+        note_error(connected.error());
+      }
+    }
+    if (session) {
+      if (auto mirrored = mirror_publications(*session, options_.schema); !mirrored.ok()) {
+        note_error(mirrored.error());
+        if (!session->connection_ok()) session.reset();
+      }
+    }
+    lock.lock();
+  }
+}
+
+Status NativeCapture::pump() {
+  while (!stopping_) {
+    const bool waiting = pending_.empty() && !pending_barrier_.is_valid();
+    auto frame =
+        stream_->read(waiting ? std::chrono::milliseconds(100) : std::chrono::milliseconds(0));
+    if (!frame.ok()) return frame.error();
+    if (std::holds_alternative<NoFrame>(*frame)) {
+      // Nothing more on the socket: append what completed, as one batch.
+      if (!waiting) {
+        PGRELAY_TRY(flush_pending());
+      } else if (std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
+        PGRELAY_TRY(report_progress(false));
+      }
+      continue;
+    }
+    if (auto* data = std::get_if<wire::XLogData>(&*frame)) {
+      PGRELAY_TRY(handle(*data));
+      if (pending_bytes_ >= options_.batch_bytes) PGRELAY_TRY(flush_pending());
+      continue;
+    }
+    const auto& keepalive = std::get<wire::PrimaryKeepalive>(*frame);
+    // Outside a transaction the walsender has sent every commit before its position: once what
+    // is pending is durable, the slot may move there (past WAL no publication needs).
+    if (!builder_->in_transaction() && keepalive.wal_end > stream_position_) {
+      stream_position_ = keepalive.wal_end;
+    }
+    if (keepalive.reply_requested) PGRELAY_TRY(flush_pending());
+  }
+  return {};
+}
+
+Status NativeCapture::handle(const wire::XLogData& data) {
+  auto decoded = decoder_->decode(data.data);
+  if (!decoded.ok()) return decoded.error();
+  const Lsn last_commit =
+      pending_.empty() ? log_.last_commit_lsn() : pending_.back().meta.commit_lsn;
+  return std::visit(
+      [&](auto& m) -> Status {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, pgoutput::Begin>) {
+          open_header_ = log::TransactionHeader{};
+          open_header_.begin_lsn = data.wal_start;
+          open_header_.commit_lsn = m.final_lsn;
+          open_header_.commit_time = m.commit_time;
+          open_header_.xid = m.xid;
+          open_rows_ = 0;
+          return builder_->begin(open_header_);
+        } else if constexpr (std::is_same_v<T, pgoutput::Origin>) {
+          open_header_.origin = m.name;
+          open_header_.origin_lsn = m.origin_lsn;
+          return {};
+        } else if constexpr (std::is_same_v<T, pgoutput::Relation> ||
+                             std::is_same_v<T, pgoutput::Type>) {
+          catalog_.put(std::move(m));
+          return {};
+        } else if constexpr (std::is_same_v<T, pgoutput::Insert> ||
+                             std::is_same_v<T, pgoutput::Update> ||
+                             std::is_same_v<T, pgoutput::Delete> ||
+                             std::is_same_v<T, pgoutput::Truncate>) {
+          ++open_rows_;
+          return builder_->add(data.wal_start, std::move(m));
+        } else if constexpr (std::is_same_v<T, pgoutput::LogicalMessage>) {
+          if (m.transactional) return builder_->add(data.wal_start, std::move(m));
+          if (m.prefix == kBarrierPrefix) {
+            pending_barrier_ = std::max(pending_barrier_, m.lsn);
+            return {};
+          }
+          // pgoutput gives a message the end of its WAL record, which is where the next record
+          // starts: often the commit of the transaction that emitted it, at the same LSN. The
+          // log orders by a strictly increasing key, so the message takes the byte before: the
+          // restart rule then skips it exactly when Postgres's does (by the record's start), as
+          // a start point is never inside a record.
+          const Lsn key = Lsn(m.lsn.value() - 1);
+          if (key <= last_commit) return {};  // already in the log
+          log::TransactionHeader header;
+          header.begin_lsn = header.commit_lsn = key;
+          header.end_lsn = m.lsn;
+          header.commit_time = data.send_time;
+          const Lsn at = m.lsn;
+          auto entry = log::build_message_entry(header, at, std::move(m));
+          if (!entry.ok()) return entry.error();
+          pending_bytes_ += entry->data_size();
+          pending_.push_back(std::move(*entry));
+          return {};
+        } else if constexpr (std::is_same_v<T, pgoutput::Commit>) {
+          auto entry = builder_->finish();
+          if (!entry.ok()) return entry.error();
+          if (m.commit_lsn != open_header_.commit_lsn) {
+            return Error::make(sqlstate::kProtocolViolation,
+                               "upstream Commit LSN " + m.commit_lsn.to_string() +
+                                   " differs from its Begin's " +
+                                   open_header_.commit_lsn.to_string());
+          }
+          if (m.commit_lsn <= last_commit) return {};  // already in the log
+          entry->meta.end_lsn = m.end_lsn;
+          entry->meta.commit_time = m.commit_time;
+          entry->meta.origin = open_header_.origin;
+          entry->meta.origin_lsn = open_header_.origin_lsn;
+          pending_bytes_ += entry->data_size();
+          pending_rows_ += open_rows_;
+          pending_.push_back(std::move(*entry));
+          return {};
+        } else {
+          return Error::make(sqlstate::kProtocolViolation,
+                             "unexpected pgoutput message from the upstream slot",
+                             "Native capture asks for protocol 1 without streaming or two-phase; "
+                             "report this as a bug.");
+        }
+      },
+      *decoded);
+}
+
+Status NativeCapture::flush_pending() {
+  if (!pending_.empty()) {
+    std::vector<log::PendingEntry> batch;
+    batch.reserve(pending_.size());
+    for (const auto& e : pending_) batch.push_back(e.pending());
+    PGRELAY_TRY(log_.append(batch));
+    durable_end_ = pending_.back().meta.end_lsn;
+    std::lock_guard lock(mu_);
+    ++stats_.batches;
+    stats_.transactions += pending_.size();
+    stats_.rows += pending_rows_;
+    stats_.last_lsn = pending_.back().meta.commit_lsn;
+  }
+  pending_.clear();
+  pending_bytes_ = 0;
+  pending_rows_ = 0;
+  if (pending_barrier_.is_valid()) {
+    {
+      std::lock_guard lock(mu_);
+      barrier_reached_ = std::max(barrier_reached_, pending_barrier_);
+    }
+    cv_.notify_all();
+    pending_barrier_ = Lsn();
+  }
+  return report_progress(false);
+}
+
+Status NativeCapture::report_progress(bool reply_requested) {
+  Lsn confirmed = std::max(durable_end_, stream_position_);
+  PGRELAY_TRY(stream_->send_status(confirmed, confirmed, reply_requested));
+  last_status_ = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  stats_.confirmed_lsn = confirmed;
+  return {};
+}
+
+void NativeCapture::reset_stream() {
+  stream_.reset();
+  decoder_.reset();
+  if (builder_) builder_->abort();
+  pending_.clear();
+  pending_bytes_ = 0;
+  pending_rows_ = 0;
+  pending_barrier_ = Lsn();
+  stream_position_ = Lsn();
+}
+
+void NativeCapture::note_error(const Error& error) {
+  {
+    std::lock_guard lock(mu_);
+    if (stats_.last_error == error.message) return;
+    stats_.last_error = error.message;
+  }
+  if (options_.logger != nullptr) {
+    options_.logger->warning("native capture: " + error.message + "; retrying",
+                             {{"sqlstate", error.sqlstate}, {"hint", error.hint}});
+  }
+}
+
+void NativeCapture::sleep_interruptibly(std::chrono::milliseconds duration) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, duration, [&] { return stopping_.load(); });
+}
+
+Result<Lsn> NativeCapture::sync() {
+  auto session = PgSession::connect(options_.conninfo);
+  if (!session.ok()) return session.error();
+  auto emitted = (*session)->exec(
+      "SELECT pg_catalog.pg_logical_emit_message(false, $1::text, ''::text)", {kBarrierPrefix});
+  if (!emitted.ok()) return emitted.error();
+  auto barrier = lsn_of(emitted->value(0, 0), "barrier LSN");
+  if (!barrier.ok()) return barrier.error();
+  std::unique_lock lock(mu_);
+  const bool reached = cv_.wait_for(lock, options_.sync_timeout, [&] {
+    return barrier_reached_ >= *barrier || stopping_.load();
+  });
+  if (!reached || barrier_reached_ < *barrier) {
+    return Error::make(
+        sqlstate::kObjectNotInPrerequisiteState,
+        "native capture did not reach upstream position " + barrier->to_string() + " in time",
+        "Check that pgrelay can reach the upstream; `pgrelay status` shows the "
+        "capture's last error.",
+        stats_.last_error.empty() ? "" : "last capture error: " + stats_.last_error);
+  }
+  return *barrier;
+}
+
+Result<ExportedSnapshot> NativeCapture::export_snapshot() {
+  {
+    // Tables of a publication created just before must be captured from before the snapshot.
+    auto session = PgSession::connect(options_.conninfo);
+    if (!session.ok()) return session.error();
+    auto mirrored = mirror_publications(**session, options_.schema);
+    if (!mirrored.ok()) return mirrored.error();
+  }
+  auto holder = PgSession::connect_replication(options_.conninfo);
+  if (!holder.ok()) return holder.error();
+  const std::string temp_slot = options_.slot + "_export_" + std::to_string(++exports_);
+  auto created = (*holder)->exec("CREATE_REPLICATION_SLOT " + temp_slot +
+                                 " TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')");
+  if (!created.ok()) return created.error();
+  if (created->rows() != 1 || created->columns() < 3 || created->is_null(0, 2)) {
+    return Error::make(sqlstate::kProtocolViolation,
+                       "CREATE_REPLICATION_SLOT returned no snapshot upstream");
+  }
+  auto point = lsn_of(created->value(0, 1), "consistent point");
+  if (!point.ok()) return point.error();
+  ExportedSnapshot out;
+  out.snapshot_name = std::string(created->value(0, 2));
+  out.consistent_point = *point;
+  // The barrier comes after the consistent point in the WAL: once it is read, every
+  // transaction the snapshot sees is durable in the log.
+  auto synced = sync();
+  if (!synced.ok()) return synced.error();
+  out.holder = std::move(*holder);
+  return out;
+}
+
+NativeCapture::Stats NativeCapture::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace pgrelay::capture

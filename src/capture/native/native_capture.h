@@ -1,0 +1,147 @@
+// Runs native capture: streams pgrelay's upstream slot through pgoutput into the change log.
+//
+// The upstream's own logical decoding does the hard part: whole transactions in commit order,
+// values as pgoutput's text. This service keeps the log's contracts on top of it:
+//   - LSNs are the upstream's own (Begin's first change, the commit record, its end), so an LSN
+//     a client got from the upstream compares correctly with the stream's;
+//   - durable before released: the slot is confirmed only up to what the log made durable, and
+//     a restart resumes from the log's end, skipping any transaction already in it, so nothing
+//     is lost or appended twice (kill -9 included);
+//   - transactions read off the socket together are appended as one batch: one fdatasync for
+//     all of them, however many arrived while the previous one ran.
+//
+// The capture thread owns the walsender connection and reconnects with backoff when it breaks.
+// A second thread keeps pgrelay's publications mirrored (native_setup.h) every
+// mirror_interval; with an event trigger that happens in the DDL itself and the interval only
+// catches up.
+//
+// Consistent points: sync() emits a non-transactional logical message (prefix
+// kBarrierPrefix) and waits until the capture has read it: every transaction committed before
+// the call precedes it in the WAL, so it is then durable in the log. export_snapshot() creates
+// a temporary upstream slot that exports a snapshot; Postgres gives that snapshot exactly the
+// transactions that commit before the slot's consistent point, which is the split the log's
+// restart rule makes, so that point serves as pgrelay's slot's consistent point once the
+// capture has passed it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/logger.h"
+#include "base/result.h"
+#include "capture/native/native_setup.h"
+#include "capture/native/replication_stream.h"
+#include "capture/trigger/capture_service.h"
+#include "capture/trigger/pg_session.h"
+#include "log/change_log.h"
+#include "log/transaction_builder.h"
+#include "pgoutput/decoder.h"
+
+namespace pgrelay::capture {
+
+struct NativeCaptureOptions {
+  std::string conninfo;
+  std::string schema = "_pgrelay";
+  // The permanent upstream slot (created on first start): one per pgrelay data directory.
+  std::string slot;
+  std::string spill_dir;  // where transactions past the builder's threshold spill
+  bool install_on_start = true;
+  std::chrono::milliseconds mirror_interval{1000};
+  // Longest gap between two status updates to the upstream (each append sends one too).
+  std::chrono::milliseconds status_interval{1000};
+  std::chrono::milliseconds reconnect_min{100}, reconnect_max{5000};
+  // Completed transactions are appended once nothing more is waiting on the socket, or when
+  // this many bytes are pending.
+  std::size_t batch_bytes = 8ull << 20;
+  std::chrono::milliseconds sync_timeout{60000};
+  // Where errors the capture retries are reported (each new one once); may be null.
+  Logger* logger = nullptr;
+};
+
+// The prefix of sync()'s barrier messages; the capture consumes them, the log never holds one.
+inline constexpr const char* kBarrierPrefix = "pgrelay.capture.barrier";
+
+class NativeCapture {
+ public:
+  // Checks and installs (with install_on_start), creates the upstream slot if missing, and
+  // starts streaming before returning, so configuration errors come back here.
+  static Result<std::unique_ptr<NativeCapture>> start(NativeCaptureOptions options,
+                                                      log::ChangeLog& log);
+  ~NativeCapture();
+  NativeCapture(const NativeCapture&) = delete;
+  NativeCapture& operator=(const NativeCapture&) = delete;
+
+  void stop();  // idempotent
+
+  // Blocking; see the top of this file.
+  Result<ExportedSnapshot> export_snapshot();
+  Result<Lsn> sync();
+
+  struct Stats {
+    std::uint64_t transactions = 0, rows = 0, batches = 0, reconnects = 0;
+    Lsn last_lsn;       // commit LSN of the last transaction appended
+    Lsn confirmed_lsn;  // what the upstream slot was last told is flushed
+    std::string last_error;
+  };
+  Stats stats() const;
+  const NativeSetupReport& setup_report() const { return setup_; }
+
+ private:
+  NativeCapture(NativeCaptureOptions options, log::ChangeLog& log);
+  Status check_log_is_native();
+  // Connects, creates the slot when missing, and starts streaming from the log's end.
+  Status connect();
+  void run();
+  void run_mirror();
+  // Reads and handles frames until an error (or stop()).
+  Status pump();
+  Status handle(const wire::XLogData& data);
+  // Appends the completed transactions waiting in pending_, then reports progress upstream.
+  Status flush_pending();
+  Status report_progress(bool reply_requested);
+  void reset_stream();
+  void note_error(const Error& error);
+  void sleep_interruptibly(std::chrono::milliseconds duration);
+
+  NativeCaptureOptions options_;
+  log::ChangeLog& log_;
+  NativeSetupReport setup_;
+
+  // Capture thread state.
+  std::unique_ptr<ReplicationStream> stream_;
+  log::SchemaCatalog catalog_;
+  std::unique_ptr<log::TransactionBuilder> builder_;
+  std::optional<pgoutput::Decoder> decoder_;
+  log::TransactionHeader open_header_;
+  std::vector<log::BuiltEntry> pending_;
+  std::uint64_t pending_bytes_ = 0;
+  std::uint64_t pending_rows_ = 0;  // data changes in pending_
+  std::uint64_t open_rows_ = 0;     // data changes in the open transaction
+  Lsn durable_end_;                 // end LSN of the last entry the log made durable
+  // A keepalive's position received outside a transaction: every commit before it has been
+  // read, so the slot may be confirmed there once pending_ is durable.
+  Lsn stream_position_;
+  Lsn pending_barrier_;  // the last barrier read, reached once pending_ is durable
+  std::chrono::steady_clock::time_point last_status_{};
+  bool connected_before_ = false;
+
+  std::thread thread_;
+  std::thread mirror_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> exports_{0};  // names the temporary slots of export_snapshot()
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // barrier progress, stop
+  Lsn barrier_reached_;         // the greatest barrier LSN whose predecessors are durable
+  Stats stats_;
+};
+
+}  // namespace pgrelay::capture
