@@ -7,8 +7,11 @@
 # It starts a throw-away PG15 (wal_level=logical, fsync and synchronous_commit at defaults),
 # creates table bench and publication bench_pub, and measures native Postgres (consumers
 # connected to it) first, then starts `pgrelay serve` against the same cluster and measures
-# pgrelay (consumers connected to pgrelay, writes to the upstream). Native runs come first
-# because pgrelay's capture triggers, once installed, would also load native's writes.
+# pgrelay (consumers connected to pgrelay, writes to the upstream), once per capture mode in
+# CAPTURES: native (pgrelay streams its own upstream slot) first, then trigger. Native
+# Postgres runs first because pgrelay's capture triggers, once installed, would also load
+# native's writes; each pgrelay run has its own schema and data directory, and the native
+# capture's upstream slot is dropped before the trigger run.
 # Every run starts from TRUNCATE bench RESTART IDENTITY, so rows carry ids 1..N and the
 # consumer (bench_repl_consumer) checks every change exactly; any wrong data, stall, error or
 # crash fails the run loudly (exit 1) with the consumer's or server's symptom.
@@ -25,7 +28,7 @@
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
-# CLIENTS (pgbench connections, default 4), PGRELAY, CONSUMER (binaries), OUT (results dir),
+# CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +41,8 @@ LAT_SECONDS=${LAT_SECONDS:-30}
 FANOUT=${FANOUT:-"1 8 32"}
 CLIENTS=${CLIENTS:-4}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
+CAPTURES=${CAPTURES:-"native trigger"}
+CAPTURE=""  # the mode of the pgrelay running now
 BIN=/usr/lib/postgresql/15/bin
 PAYLOAD="payload-0123456789-0123456789-0123456789-0123456789-0123456789"
 for b in "$PGRELAY" "$CONSUMER"; do
@@ -94,7 +99,7 @@ die() {
   if [ -n "$RELAY_PID" ]; then
     if ! kill -0 "$RELAY_PID" 2>/dev/null; then echo "pgrelay (pid $RELAY_PID) is not running any more" >&2; fi
     echo "--- pgrelay stderr (tail) ---" >&2
-    tail -n 30 "$WORK/relay.err" >&2 || true
+    tail -n 30 "$WORK/relay-$CAPTURE.err" >&2 || true
   fi
   echo "--- postgres log (tail) ---" >&2
   tail -n 15 "$WORK/pg.log" >&2 || true
@@ -136,14 +141,22 @@ reset_table() {
   return 0
 }
 
-# Capture deletes rows from _pgrelay.changes only after appending them to the log durably.
+# Waits until capture has everything written so far in its log. Trigger capture deletes rows
+# from its change table only after appending them durably; native capture confirms its
+# upstream slot only up to what its log made durable.
 wait_captured() {
-  local deadline=$(( $(date +%s) + 120 )) left
+  local deadline=$(( $(date +%s) + 120 )) left target
+  target=$(pg -c "SELECT pg_current_wal_lsn()") || die "upstream not answering"
   while :; do
-    left=$(pg -c "SELECT count(*) FROM _pgrelay.changes") || die "upstream not answering"
+    if [ "$CAPTURE" = trigger ]; then
+      left=$(pg -c "SELECT count(*) FROM pgrelay_trigger.changes") || die "upstream not answering"
+    else
+      left=$(pg -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'pgrelay\_%'
+                    AND NOT temporary AND confirmed_flush_lsn < '$target'") || die "upstream not answering"
+    fi
     [ "$left" = 0 ] && return 0
     kill -0 "$RELAY_PID" 2>/dev/null || die "pgrelay exited while capturing"
-    [ "$(date +%s)" -lt "$deadline" ] || die "capture stalled: $left rows still in _pgrelay.changes after 120 s"
+    [ "$(date +%s)" -lt "$deadline" ] || die "capture stalled ($CAPTURE): $left still pending after 120 s"
     sleep 0.05
   done
 }
@@ -189,7 +202,7 @@ measure() {
   local tps=$TPS
   R[$sys.$run.write_tps]=$tps
   if [ "$mode" = catchup ]; then
-    [ "$sys" = pgrelay ] && wait_captured
+    [ "$sys" != native ] && wait_captured
     touch "$dir/go"
   fi
   if ! wait "$cpid"; then
@@ -214,14 +227,25 @@ run_system() {
 log "native PostgreSQL (port $PG_PORT): N=$N N_LIVE=$N_LIVE latency ${LAT_N} tx at ${LAT_RATE}/s, fan-out $FANOUT"
 run_system native
 
-"$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
-  --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay" --no-tls \
-  --max-replication-slots "$SLOTS" >"$WORK/relay.out" 2>"$WORK/relay.err" &
-RELAY_PID=$!
-for _ in $(seq 300); do grep -q "pgrelay ready" "$WORK/relay.out" 2>/dev/null && break; kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
-grep -q "pgrelay ready" "$WORK/relay.out" || die "pgrelay serve did not become ready"
-log "pgrelay $("$PGRELAY" --version 2>/dev/null) ready on port $RELAY_PORT (pid $RELAY_PID)"
-run_system pgrelay
+for CAPTURE in $CAPTURES; do
+  "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
+    --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay-$CAPTURE" --no-tls \
+    --capture "$CAPTURE" --schema "pgrelay_$CAPTURE" \
+    --max-replication-slots "$SLOTS" >"$WORK/relay-$CAPTURE.out" 2>"$WORK/relay-$CAPTURE.err" &
+  RELAY_PID=$!
+  for _ in $(seq 300); do grep -q "pgrelay ready" "$WORK/relay-$CAPTURE.out" 2>/dev/null && break; kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
+  grep -q "pgrelay ready" "$WORK/relay-$CAPTURE.out" || die "pgrelay serve --capture $CAPTURE did not become ready"
+  log "pgrelay $("$PGRELAY" --version 2>/dev/null) (capture $CAPTURE) ready on port $RELAY_PORT (pid $RELAY_PID)"
+  run_system "pgrelay_$CAPTURE"
+  if [ "$KEEP_RUNNING" = 1 ] && [ "$CAPTURE" = "${CAPTURES##* }" ]; then break; fi
+  kill "$RELAY_PID"
+  for _ in $(seq 50); do kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$RELAY_PID" 2>/dev/null && die "pgrelay (capture $CAPTURE) ignored SIGTERM for 5 s"
+  RELAY_PID=""
+  # A stopped pgrelay's upstream slot would keep WAL and load the next run's decoding.
+  pg -c "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
+         WHERE slot_name LIKE 'pgrelay\_%'" >/dev/null || die "could not drop pgrelay's upstream slot"
+done
 
 # ---- the table ----
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
@@ -232,39 +256,43 @@ verdict() {  # expression over a, b (awk): PASS/FAIL
   awk -v a="$2" -v b="$3" "BEGIN { print (($1) ? \"PASS\" : \"FAIL\") }"
 }
 v() { echo "${R[$1]:-?}"; }
+table() {  # capture mode
+  local mode=$1 P=pgrelay_$1 m target first
+  printf "%-44s %12s %12s %8s  %s\n" "metric (capture $mode)" native pgrelay ratio "target"
+  row "catch-up changes/s, 1 consumer" "$(v native.fanout1.changes_per_s)" "$(v $P.fanout1.changes_per_s)" \
+    ">= 1: $(verdict 'a >= b' "$(v $P.fanout1.changes_per_s)" "$(v native.fanout1.changes_per_s)")"
+  row "live changes/s, 1 consumer (unthrottled)" "$(v native.live.live_changes_per_s)" "$(v $P.live.live_changes_per_s)" \
+    ">= 1: $(verdict 'a >= b' "$(v $P.live.live_changes_per_s)" "$(v native.live.live_changes_per_s)")"
+  row "  write TPS during the live run" "$(v native.live.write_tps)" "$(v $P.live.write_tps)"
+  row "  latency p50 ms (unthrottled)" "$(v native.live.lat_p50_ms)" "$(v $P.live.lat_p50_ms)"
+  row "  latency p99 ms (unthrottled)" "$(v native.live.lat_p99_ms)" "$(v $P.live.lat_p99_ms)"
+  row "latency p50 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p50_ms)" "$(v $P.latency.lat_p50_ms)"
+  row "latency p99 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p99_ms)" "$(v $P.latency.lat_p99_ms)" \
+    "<= 2: $(verdict 'a <= 2 * b' "$(v $P.latency.lat_p99_ms)" "$(v native.latency.lat_p99_ms)")"
+  row "latency max ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_max_ms)" "$(v $P.latency.lat_max_ms)"
+  row "  write TPS achieved (target ${LAT_RATE})" "$(v native.latency.write_tps)" "$(v $P.latency.write_tps)"
+  for m in $FANOUT; do
+    target=""
+    [ "$m" = 32 ] && target=">= 10: $(verdict 'a >= 10 * b' "$(v $P.fanout$m.changes_per_s)" "$(v native.fanout$m.changes_per_s)")"
+    row "fan-out $m: aggregate changes/s" "$(v native.fanout$m.changes_per_s)" "$(v $P.fanout$m.changes_per_s)" "$target"
+    row "fan-out $m: seconds to drain" "$(v native.fanout$m.start_to_last_s)" "$(v $P.fanout$m.start_to_last_s)"
+    row "fan-out $m: upstream CPU s during read" "$(v native.fanout$m.cpu_upstream_s)" "$(v $P.fanout$m.cpu_upstream_s)"
+    row "fan-out $m: pgrelay CPU s during read" "-" "$(v $P.fanout$m.cpu_pgrelay_s)"
+    row "fan-out $m: consumer CPU s" "$(v native.fanout$m.consumer_cpu_s)" "$(v $P.fanout$m.consumer_cpu_s)"
+    row "fan-out $m: backlog write TPS" "$(v native.fanout$m.write_tps)" "$(v $P.fanout$m.write_tps)"
+  done
+  first=${FANOUT%% *}
+  echo
+  echo "upstream CPU with pgrelay, $max_fanout vs $first consumer(s): $(v $P.fanout$max_fanout.cpu_upstream_s) s vs $(v $P.fanout$first.cpu_upstream_s) s" \
+    "(native: $(v native.fanout$max_fanout.cpu_upstream_s) s vs $(v native.fanout$first.cpu_upstream_s) s)"
+}
 {
   echo
   echo "Replication benchmark, $(date -u +%FT%TZ), $(nproc) cores, loadavg at start of each run in $OUT"
   echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
   echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s"
   echo
-  printf "%-44s %12s %12s %8s  %s\n" metric native pgrelay ratio "target"
-  row "catch-up changes/s, 1 consumer" "$(v native.fanout1.changes_per_s)" "$(v pgrelay.fanout1.changes_per_s)" \
-    ">= 1: $(verdict 'a >= b' "$(v pgrelay.fanout1.changes_per_s)" "$(v native.fanout1.changes_per_s)")"
-  row "live changes/s, 1 consumer (unthrottled)" "$(v native.live.live_changes_per_s)" "$(v pgrelay.live.live_changes_per_s)" \
-    ">= 1: $(verdict 'a >= b' "$(v pgrelay.live.live_changes_per_s)" "$(v native.live.live_changes_per_s)")"
-  row "  write TPS during the live run" "$(v native.live.write_tps)" "$(v pgrelay.live.write_tps)"
-  row "  latency p50 ms (unthrottled)" "$(v native.live.lat_p50_ms)" "$(v pgrelay.live.lat_p50_ms)"
-  row "  latency p99 ms (unthrottled)" "$(v native.live.lat_p99_ms)" "$(v pgrelay.live.lat_p99_ms)"
-  row "latency p50 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p50_ms)" "$(v pgrelay.latency.lat_p50_ms)"
-  row "latency p99 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p99_ms)" "$(v pgrelay.latency.lat_p99_ms)" \
-    "<= 2: $(verdict 'a <= 2 * b' "$(v pgrelay.latency.lat_p99_ms)" "$(v native.latency.lat_p99_ms)")"
-  row "latency max ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_max_ms)" "$(v pgrelay.latency.lat_max_ms)"
-  row "  write TPS achieved (target ${LAT_RATE})" "$(v native.latency.write_tps)" "$(v pgrelay.latency.write_tps)"
-  for m in $FANOUT; do
-    target=""
-    [ "$m" = 32 ] && target=">= 10: $(verdict 'a >= 10 * b' "$(v pgrelay.fanout$m.changes_per_s)" "$(v native.fanout$m.changes_per_s)")"
-    row "fan-out $m: aggregate changes/s" "$(v native.fanout$m.changes_per_s)" "$(v pgrelay.fanout$m.changes_per_s)" "$target"
-    row "fan-out $m: seconds to drain" "$(v native.fanout$m.start_to_last_s)" "$(v pgrelay.fanout$m.start_to_last_s)"
-    row "fan-out $m: upstream CPU s during read" "$(v native.fanout$m.cpu_upstream_s)" "$(v pgrelay.fanout$m.cpu_upstream_s)"
-    row "fan-out $m: pgrelay CPU s during read" "-" "$(v pgrelay.fanout$m.cpu_pgrelay_s)"
-    row "fan-out $m: consumer CPU s" "$(v native.fanout$m.consumer_cpu_s)" "$(v pgrelay.fanout$m.consumer_cpu_s)"
-    row "fan-out $m: backlog write TPS" "$(v native.fanout$m.write_tps)" "$(v pgrelay.fanout$m.write_tps)"
-  done
-  first=${FANOUT%% *}
-  echo
-  echo "upstream CPU with pgrelay, $max_fanout vs $first consumer(s): $(v pgrelay.fanout$max_fanout.cpu_upstream_s) s vs $(v pgrelay.fanout$first.cpu_upstream_s) s" \
-    "(native: $(v native.fanout$max_fanout.cpu_upstream_s) s vs $(v native.fanout$first.cpu_upstream_s) s)"
+  for mode in $CAPTURES; do table "$mode"; echo; done
   echo "loadavg (1 min) at the start of each run:" \
     "$(for k in "${!R[@]}"; do [[ $k == *.load ]] && echo "${k%.load}=${R[$k]}"; done | sort | tr '\n' ' ')"
 } | tee "$OUT/summary.txt"

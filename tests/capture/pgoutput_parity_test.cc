@@ -1,4 +1,4 @@
-// Trigger capture against Postgres's own pgoutput: the same workload must give the same messages.
+// Trigger and native capture against Postgres's own pgoutput: the same workload, the same messages.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/native/native_capture.h"
 #include "capture/trigger/installer.h"
 #include "capture/trigger/poller.h"
 #include "log/change_log.h"
@@ -279,6 +280,122 @@ TEST(PgoutputParityTest, CapturedMessagesEqualPgoutputsForTheSameWorkload) {
   EXPECT_EQ(cascade, 1);
   EXPECT_EQ(restart, 2);
   EXPECT_EQ(messages, 2);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// Native capture stores what the upstream's pgoutput sent, at the upstream's own LSNs: the log
+// read back gives the messages a real slot streams for the same workload, transaction for
+// transaction, with the same xids, commit times, commit and end LSNs and change positions.
+TEST(PgoutputParityTest, NativeCaptureLogsPgoutputsMessagesAtTheUpstreamsLsns) {
+  test::PgServer server;
+  server.exec(kSchema);
+  char tmpl[] = "/tmp/pgrelay-native-parity-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  log::LogOptions log_options;
+  log_options.dir = dir + "/log";
+  auto log = log::ChangeLog::open(log_options);
+  ASSERT_TRUE(log.ok());
+  NativeCaptureOptions options;
+  options.conninfo = server.conninfo();
+  options.slot = "parity_native";
+  options.spill_dir = dir + "/spill";
+  auto capture = NativeCapture::start(options, **log);
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  EXPECT_EQ((*capture)->setup_report().captured_tables, 12);
+  EXPECT_TRUE((*capture)->setup_report().event_trigger);
+  // The table without a replica identity is in the insert-only publication, so the upstream
+  // still lets writers update and delete it (the workload's TRUNCATE would work either way).
+  EXPECT_EQ(server.scalar("SELECT string_agg(pubname, ',') FROM pg_publication_tables "
+                          "WHERE tablename = 'par_n'"),
+            "par_pub_ins,_pgrelay_capture_keyless");
+
+  test::ReplicationRecorder recorder(server, "postgres", "parity_real");
+  recorder.start("parity", {{"proto_version", "1"},
+                            {"publication_names", "par_pub,par_pub_ins,par_pub2,par_pub3"},
+                            {"messages", "true"}});
+  test::PgConnection writer(server.conninfo());
+  writer.exec(kWriterSettings);
+  for (const char* sql : kWorkload) writer.exec(sql);
+  writer.exec("UPDATE par_n SET v = 'still allowed'");
+  server.exec(test::ReplicationRecorder::end_marker_sql("parity"));
+  const test::RecordedStream stream = recorder.finish("parity");
+  auto synced = (*capture)->sync();
+  ASSERT_TRUE(synced.ok()) << synced.error().to_string();
+  (*capture)->stop();
+
+  struct Positions {
+    std::vector<log::TransactionHeader> transactions;  // begin, commit, end, time, xid
+    std::vector<Lsn> changes;                          // data changes and messages
+    bool operator==(const Positions&) const = default;
+  };
+  pgoutput::Decoder decoder(pgoutput::DecoderOptions{});
+  std::vector<Observed> expected;
+  Positions expected_at;
+  std::map<pgoutput::Oid, pgoutput::Relation> expected_relations;
+  std::map<pgoutput::Oid, pgoutput::Type> expected_types;
+  for (std::size_t i = 0; i < stream.frames.size(); ++i) {
+    auto m = decoder.decode(stream.message(i));
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    // The XLogData header's walStart: where Postgres says the message is.
+    const Lsn at(ByteReader(ByteView(stream.frames[i]).subspan(1, 8)).u64());
+    if (auto* begin = std::get_if<pgoutput::Begin>(&*m)) {
+      log::TransactionHeader h;
+      h.begin_lsn = at;
+      h.commit_lsn = begin->final_lsn;
+      h.commit_time = begin->commit_time;
+      h.xid = begin->xid;
+      expected_at.transactions.push_back(h);
+    } else if (auto* commit = std::get_if<pgoutput::Commit>(&*m)) {
+      expected_at.transactions.back().end_lsn = commit->end_lsn;
+    } else if (!std::holds_alternative<pgoutput::Relation>(*m) &&
+               !std::holds_alternative<pgoutput::Type>(*m)) {
+      expected_at.changes.push_back(at);
+    }
+    observe(std::move(*m), expected_relations, expected_types, expected);
+  }
+  EXPECT_GE(expected_at.transactions.size(), 30u);
+
+  std::vector<Observed> captured;
+  Positions captured_at;
+  std::map<pgoutput::Oid, pgoutput::Type> types;
+  auto cursor = (*log)->open_cursor(Lsn(0));
+  ASSERT_TRUE(cursor.ok());
+  while (true) {
+    auto e = (*cursor)->next_entry();
+    ASSERT_TRUE(e.ok());
+    if (!e->has_value()) break;
+    auto t = log::read_transaction(**cursor, **e);
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    if (t->kind == log::EntryKind::kTransaction) {
+      log::TransactionHeader h = t->header;
+      h.origin.clear();
+      h.origin_lsn = Lsn();
+      captured_at.transactions.push_back(h);
+    }
+    std::map<pgoutput::Oid, pgoutput::Relation> relations;
+    for (const auto& c : t->changes) {
+      if (!std::holds_alternative<pgoutput::Relation>(c.message) &&
+          !std::holds_alternative<pgoutput::Type>(c.message)) {
+        captured_at.changes.push_back(c.lsn);
+      }
+      observe(log::to_message(c.message), relations, types, captured);
+    }
+  }
+  EXPECT_EQ(types, expected_types);
+  ASSERT_EQ(captured_at.transactions.size(), expected_at.transactions.size());
+  for (std::size_t i = 0; i < expected_at.transactions.size(); ++i) {
+    EXPECT_EQ(captured_at.transactions[i], expected_at.transactions[i]) << "transaction " << i;
+  }
+  EXPECT_EQ(captured_at.changes, expected_at.changes);
+  ASSERT_EQ(captured.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(captured[i].message, expected[i].message)
+        << "change " << i << "\n captured: " << pgoutput::describe(captured[i].message)
+        << "\n pgoutput: " << pgoutput::describe(expected[i].message);
+    EXPECT_EQ(captured[i].relations, expected[i].relations) << "change " << i;
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

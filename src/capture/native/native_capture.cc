@@ -62,7 +62,12 @@ Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions
   builder.spill_dir = capture->options_.spill_dir;
   capture->builder_ = std::make_unique<log::TransactionBuilder>(capture->catalog_, builder);
   capture->durable_end_ = log.last_end_lsn();
-  PGRELAY_TRY(capture->connect());
+  if (auto connected = capture->connect(); !connected.ok()) {
+    // The walsender of a pgrelay that was just killed can hold the slot a moment longer;
+    // the capture thread retries that. Anything else is a configuration error to report now.
+    if (connected.error().sqlstate != sqlstate::kObjectInUse) return connected.error();
+    capture->note_error(connected.error());
+  }
   capture->thread_ = std::thread([c = capture.get()] { c->run(); });
   capture->mirror_thread_ = std::thread([c = capture.get()] { c->run_mirror(); });
   return capture;
@@ -225,10 +230,15 @@ Status NativeCapture::pump() {
     const auto& keepalive = std::get<wire::PrimaryKeepalive>(*frame);
     // Outside a transaction the walsender has sent every commit before its position: once what
     // is pending is durable, the slot may move there (past WAL no publication needs).
+    bool advanced = false;
     if (!builder_->in_transaction() && keepalive.wal_end > stream_position_) {
       stream_position_ = keepalive.wal_end;
+      advanced = true;
     }
-    if (keepalive.reply_requested) PGRELAY_TRY(flush_pending());
+    // An idle walsender sends a keepalive when the slot lags what it has decoded; answering at
+    // once lets the slot (and the upstream's WAL retention) follow without waiting for
+    // status_interval.
+    if (keepalive.reply_requested || (advanced && pending_.empty())) PGRELAY_TRY(flush_pending());
   }
   return {};
 }

@@ -81,10 +81,9 @@ CREATE OR REPLACE FUNCTION @S.native_on_ddl() RETURNS event_trigger LANGUAGE plp
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   IF current_setting('pgrelay.in_sync', true) = 'on' THEN RETURN; END IF;
-  IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() d
-             WHERE d.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO',
-                                     'ALTER TABLE', 'CREATE PUBLICATION', 'ALTER PUBLICATION',
-                                     'CREATE INDEX', 'ALTER INDEX')) THEN
+  -- By the event's tag: ALTER PUBLICATION ... DROP TABLE collects no command to list.
+  IF TG_TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE',
+                'CREATE PUBLICATION', 'ALTER PUBLICATION', 'CREATE INDEX', 'ALTER INDEX') THEN
     BEGIN
       PERFORM @S.native_mirror();
     EXCEPTION WHEN OTHERS THEN
