@@ -1,4 +1,5 @@
-// `pgrelay capture install | uninstall`: set up or remove trigger capture in an upstream database.
+// `pgrelay capture install | uninstall`: set up or remove capture (trigger or native) in an
+// upstream database.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "capture/native/native_setup.h"
 #include "capture/trigger/installer.h"
 #include "cli/admin_commands.h"
 #include "upstream/upstream_config.h"
@@ -376,7 +378,10 @@ int run_uninstall(const CaptureOptions& options) {
   const bool had_capture = state->value(0, 1) == "t";
   const bool had_catalog = state->value(0, 2) == "t";
   const bool had_event_trigger = state->value(0, 3) == "t";
-  if (!schema_existed || (!had_capture && !had_catalog)) {
+  auto native = capture::native_capture_installed(s, options.schema);
+  if (!native.ok()) return admin::fail(native.error());
+  const bool had_native = *native;
+  if (!schema_existed || (!had_capture && !had_catalog && !had_native)) {
     std::printf(
         "nothing to uninstall: schema \"%s\" of database \"%s\" on %s holds no pgrelay "
         "objects%s\n",
@@ -410,6 +415,12 @@ int run_uninstall(const CaptureOptions& options) {
                               "capture uninstall: triggers removed from");
     if (auto st = capture::uninstall(s, options.schema); !st.ok()) return admin::fail(st.error());
   }
+  std::vector<std::string> native_slots;
+  if (had_native) {
+    auto removed = capture::uninstall_native_capture(s, options.schema);
+    if (!removed.ok()) return admin::fail(removed.error());
+    native_slots = std::move(*removed);
+  }
   // The virtual catalog (pgrelay serve's pg_replication_slots and friends) lives in the same
   // schema; it drops the schema when nothing else is left in it.
   auto catalog = upstream::VirtualCatalog::open(up->conninfo, options.schema);
@@ -428,6 +439,14 @@ int run_uninstall(const CaptureOptions& options) {
         "layouts%s)\n",
         captured, captured == 1 ? "table" : "tables",
         had_event_trigger ? (", event trigger \"" + options.schema + "_ddl\"").c_str() : "");
+  }
+  if (had_native) {
+    std::string slots;
+    for (const auto& slot : native_slots) slots += (slots.empty() ? "" : ", ") + slot;
+    std::printf("native capture: removed (publications \"%s\" and \"%s\", upstream slots: %s)\n",
+                capture::capture_publication(options.schema).c_str(),
+                capture::keyless_capture_publication(options.schema).c_str(),
+                slots.empty() ? "none inactive" : slots.c_str());
   }
   if (had_catalog) {
     std::printf(

@@ -244,14 +244,40 @@ Result<int> mirror_publications(PgSession& s, const std::string& schema) {
   return std::stoi(std::string(changed->value(0, 0)));
 }
 
-Status uninstall_native_capture(PgSession& s, const std::string& schema) {
+Result<bool> native_capture_installed(PgSession& s, const std::string& schema) {
+  auto found = s.exec("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname IN ($1, $2)",
+                      {capture_publication(schema), keyless_capture_publication(schema)});
+  if (!found.ok()) return found.error();
+  return found->rows() > 0;
+}
+
+Result<std::vector<std::string>> uninstall_native_capture(PgSession& s, const std::string& schema) {
   auto q = quote_names(s, schema);
   if (!q.ok()) return q.error();
   auto name = s.ident(event_trigger_name(schema));
   if (!name.ok()) return name.error();
-  return s.run("DROP EVENT TRIGGER IF EXISTS " + *name + "; DROP PUBLICATION IF EXISTS " +
-               q->keyed + ", " + q->keyless + "; DROP FUNCTION IF EXISTS " + q->schema +
-               ".native_on_ddl(), " + q->schema + ".native_mirror()");
+  PGRELAY_TRY(s.run("DROP EVENT TRIGGER IF EXISTS " + *name + "; DROP PUBLICATION IF EXISTS " +
+                    q->keyed + ", " + q->keyless + "; DROP FUNCTION IF EXISTS " + q->schema +
+                    ".native_on_ddl(), " + q->schema + ".native_mirror()"));
+  // emit_message has the same signatures in trigger capture, which owns it when installed.
+  auto trigger = s.exec("SELECT to_regclass(quote_ident($1) || '.changes') IS NOT NULL", {schema});
+  if (!trigger.ok()) return trigger.error();
+  if (trigger->value(0, 0) != "t") {
+    PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + q->schema +
+                      ".emit_message(boolean, text, bytea), " + q->schema +
+                      ".emit_message(boolean, text, text)"));
+  }
+  // The slots native capture streams, named after their data directories (pgrelay_<digits>);
+  // an inactive one would keep the upstream's WAL forever.
+  auto dropped = s.exec(
+      "SELECT slot_name::text FROM pg_catalog.pg_replication_slots "
+      "WHERE slot_name ~ '^pgrelay_[0-9]+$' AND plugin = 'pgoutput' AND NOT active "
+      "AND database = current_database() AND pg_catalog.pg_drop_replication_slot(slot_name) "
+      "IS NOT NULL");
+  if (!dropped.ok()) return dropped.error();
+  std::vector<std::string> slots;
+  for (int i = 0; i < dropped->rows(); ++i) slots.emplace_back(dropped->value(i, 0));
+  return slots;
 }
 
 }  // namespace pgrelay::capture

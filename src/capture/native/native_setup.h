@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "capture/trigger/pg_session.h"
@@ -46,7 +47,12 @@ Result<NativeSetupReport> install_native_capture(PgSession& session,
 // Brings the publications' tables up to date; returns how many tables it added or removed.
 Result<int> mirror_publications(PgSession& session, const std::string& schema);
 
-// Removes what install_native_capture created (not the slot).
-Status uninstall_native_capture(PgSession& session, const std::string& schema);
+// Whether install_native_capture ran on this schema (its publications exist).
+Result<bool> native_capture_installed(PgSession& session, const std::string& schema);
+
+// Removes what install_native_capture created, and the inactive upstream slots native capture
+// streamed (pgrelay_<digits> of this database); returns the names of the slots dropped.
+Result<std::vector<std::string>> uninstall_native_capture(PgSession& session,
+                                                          const std::string& schema);
 
 }  // namespace pgrelay::capture
