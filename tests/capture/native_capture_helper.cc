@@ -1,0 +1,48 @@
+// A capture process for the native crash test: runs NativeCapture on a log until it is killed.
+// Usage: native_capture_helper CONNINFO LOG_DIR SPILL_DIR SLOT
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "base/logger.h"
+#include "capture/native/native_capture.h"
+#include "log/change_log.h"
+
+int main(int argc, char** argv) {
+  using namespace pgrelay;
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s CONNINFO LOG_DIR SPILL_DIR SLOT\n", argv[0]);
+    return 2;
+  }
+  log::LogOptions lo;
+  lo.dir = argv[2];
+  // Native capture confirms the upstream slot as soon as append() returns, so its promise
+  // ("durable before released") only holds when append() means fdatasync: this is the policy a
+  // native deployment runs with, and the one the test must exercise. (kInterval would also
+  // survive kill -9, which loses nothing written(2), but not the OS crash the promise covers.)
+  lo.sync = log::SyncPolicy::kFsyncPerCommit;
+  auto log = log::ChangeLog::open(lo);
+  if (!log.ok()) {
+    std::fprintf(stderr, "log: %s\n", log.error().to_string().c_str());
+    return 1;
+  }
+  // Retried errors go to stderr, which the test reads: it counts restarts that found the
+  // killed process's walsender still holding the slot.
+  LoggerOptions logger_options;
+  logger_options.level = LogLevel::kWarning;
+  Logger logger(logger_options);
+  capture::NativeCaptureOptions o;
+  o.conninfo = argv[1];
+  o.spill_dir = argv[3];
+  o.slot = argv[4];
+  o.logger = &logger;
+  auto capture = capture::NativeCapture::start(o, **log);
+  if (!capture.ok()) {
+    std::fprintf(stderr, "capture: %s\n", capture.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  while (true) pause();
+}
