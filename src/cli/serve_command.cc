@@ -490,6 +490,9 @@ int run_serve(const ServeOptions& options) {
     embedded_options.data_dir = options.data_dir;
     embedded_options.bin_dir = options.pg_bin;
     embedded_options.run_as = options.run_as;
+    // Native capture decodes the private instance's WAL; trigger capture needs no more than
+    // replica.
+    embedded_options.logical_decoding = options.capture != "trigger";
     embedded_options.on_event = [&logger](const std::string& text) { logger.info(text); };
     auto started = upstream::EmbeddedPostgres::start(std::move(embedded_options));
     if (!started.ok()) {

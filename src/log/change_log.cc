@@ -89,7 +89,7 @@ struct SegmentScan {
   SegmentInfo info;
   std::vector<IndexPoint> index;
   std::optional<Bytes> last_checkpoint;
-  Lsn last_end;  // highest end LSN of the kept entries
+  Lsn last_end;             // highest end LSN of the kept entries
   std::string stop_reason;  // why scanning stopped before the file's end, if it did
 };
 
@@ -112,15 +112,16 @@ Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t 
     RecordStatus status = reader.next(&rec, &why, &io);
     if (status != RecordStatus::kOk) {
       if (!io.message.empty()) return io;
-      if (!reader.at_limit()) scan.stop_reason = why + " at offset " + std::to_string(reader.offset());
+      if (!reader.at_limit())
+        scan.stop_reason = why + " at offset " + std::to_string(reader.offset());
       break;
     }
     ByteReader payload(rec.payload);
     bool starts = rec.header.type == RecordType::kFull || rec.header.type == RecordType::kFirst;
     bool ends = rec.header.type == RecordType::kFull || rec.header.type == RecordType::kLast;
     if (starts == in_entry) {
-      scan.stop_reason = "record out of sequence at offset " +
-                         std::to_string(reader.offset() - rec.total_size);
+      scan.stop_reason =
+          "record out of sequence at offset " + std::to_string(reader.offset() - rec.total_size);
       break;
     }
     if (starts) {
@@ -148,8 +149,8 @@ Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t 
           scan.last_end = std::max(scan.last_end, p.meta.end_lsn);
           continue;
         }
-        if (!indexed && (scan.index.empty() ||
-                         batch_start - scan.index.back().offset >= index_interval)) {
+        if (!indexed &&
+            (scan.index.empty() || batch_start - scan.index.back().offset >= index_interval)) {
           scan.index.push_back(IndexPoint{p.meta.commit_lsn, p.meta.commit_time, batch_start});
         }
         indexed = true;
@@ -226,9 +227,10 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   auto lock_file = open_file(lock_path, O_RDWR | O_CREAT, 0600);
   if (!lock_file.ok()) return lock_file.take_error();
   if (::flock(lock_file->get(), LOCK_EX | LOCK_NB) != 0) {
-    return Error::make(sqlstate::kObjectInUse,
-                       "log directory \"" + log->options_.dir + "\" is in use by another process",
-                       "Stop the other pgrelay using this directory, or choose another --data-dir.");
+    return Error::make(
+        sqlstate::kObjectInUse,
+        "log directory \"" + log->options_.dir + "\" is in use by another process",
+        "Stop the other pgrelay using this directory, or choose another --data-dir.");
   }
   log->dir_lock_ = std::move(*lock_file);
   if (path_exists(log->options_.dir + "/" + kManifestName)) {
@@ -245,11 +247,11 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
 Status ChangeLog::create_fresh() {
   auto existing = list_segment_files(options_.dir);
   if (!existing.empty()) {
-    return Error::make(sqlstate::kDataCorrupted,
-                       "log directory \"" + options_.dir + "\" has segment files but no " +
-                           kManifestName,
-                       "The manifest was deleted. Restore the data directory from a backup, or "
-                       "remove the *.seg files to start an empty log.");
+    return Error::make(
+        sqlstate::kDataCorrupted,
+        "log directory \"" + options_.dir + "\" has segment files but no " + kManifestName,
+        "The manifest was deleted. Restore the data directory from a backup, or "
+        "remove the *.seg files to start an empty log.");
   }
   manifest_.system_id = make_system_id();
   manifest_.next_seq = 1;
@@ -288,7 +290,8 @@ Status ChangeLog::recover() {
   manifest_ = std::move(*manifest);
   system_id_ = manifest_.system_id;
   if (manifest_.segments.empty()) {
-    return Error::make(sqlstate::kDataCorrupted, "log manifest \"" + manifest_path + "\" lists no segments",
+    return Error::make(sqlstate::kDataCorrupted,
+                       "log manifest \"" + manifest_path + "\" lists no segments",
                        "Restore the data directory from a backup.");
   }
   // Files outside the manifest's range are leftovers of a roll or removal cut short by a crash.
@@ -358,13 +361,15 @@ Status ChangeLog::scan_active_segment() {
   last_checkpoint_ = std::move(scan->last_checkpoint);
   // The newest commit LSN is in the active segment, else in the newest non-empty sealed one.
   last_commit_lsn_ = active_->info.last_lsn;
-  for (auto it = manifest_.segments.rbegin(); !last_commit_lsn_.is_valid() && it != manifest_.segments.rend(); ++it) {
+  for (auto it = manifest_.segments.rbegin();
+       !last_commit_lsn_.is_valid() && it != manifest_.segments.rend(); ++it) {
     last_commit_lsn_ = it->last_lsn;
   }
   if (!last_commit_lsn_.is_valid()) last_commit_lsn_ = manifest_.removed_through;
   // Without entries in the active segment, the end of the newest entry is unknown here; the
   // commit LSN is a safe lower bound (assigned LSNs then still never repeat a commit LSN).
   last_end_lsn_ = std::max(scan->last_end, last_commit_lsn_);
+  durable_end_lsn_ = last_end_lsn_;
   written_ = synced_ = visible_ = Position{active_->seq, active_->size};
   return {};
 }
@@ -374,9 +379,9 @@ Status ChangeLog::validate_batch_locked(std::span<const PendingEntry> batch) con
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) continue;
     if (e.meta.commit_lsn <= last) {
-      return Error::make(sqlstate::kInternalError,
-                         "log append out of order: commit LSN " + e.meta.commit_lsn.to_string() +
-                             " is not after " + last.to_string());
+      return Error::make(sqlstate::kInternalError, "log append out of order: commit LSN " +
+                                                       e.meta.commit_lsn.to_string() +
+                                                       " is not after " + last.to_string());
     }
     if (e.meta.end_lsn.is_valid() && e.meta.end_lsn < e.meta.commit_lsn) {
       return Error::make(sqlstate::kInternalError, "log entry end LSN precedes its commit LSN");
@@ -394,7 +399,7 @@ Status ChangeLog::roll_segment() {
     PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
     ++counters_.fsyncs;
   }
-  synced_ = written_;
+  mark_synced_locked();
   publish_locked(written_);
   std::uint64_t old_seq = active_->seq;
   active_->info.sealed = true;
@@ -443,13 +448,14 @@ Status ChangeLog::roll_segment() {
       PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
       ++counters_.fsyncs;
     }
-    synced_ = written_;
+    mark_synced_locked();
     publish_locked(written_);
   }
   return {};
 }
 
-Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset) {
+Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch,
+                                     std::uint64_t* end_offset) {
   std::uint64_t batch_start = active_->size;
   ByteWriter buf;
   std::uint64_t flushed = 0;
@@ -461,7 +467,8 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
   };
   Bytes piece;  // staging for data read from a DataSource
   // Bytes [offset, offset + n) of an entry's data, from memory or from its source.
-  auto data_range = [&](const PendingEntry& e, std::uint64_t offset, std::size_t n) -> Result<ByteView> {
+  auto data_range = [&](const PendingEntry& e, std::uint64_t offset,
+                        std::size_t n) -> Result<ByteView> {
     if (e.source == nullptr) return e.data.subspan(offset, n);
     piece.resize(n);
     Status st = e.source->read(offset, piece);
@@ -475,8 +482,8 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
     bool last_entry = i + 1 == batch.size();
     ByteWriter first;
     encode_entry_meta(e.meta, first);
-    std::size_t take = static_cast<std::size_t>(
-        std::min<std::uint64_t>(kMaxRecordPayload - first.size(), size));
+    std::size_t take =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kMaxRecordPayload - first.size(), size));
     auto head = data_range(e, 0, take);
     if (!head.ok()) {
       status = head.error();
@@ -488,7 +495,8 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch, std::u
     append_record(whole ? RecordType::kFull : RecordType::kFirst,
                   whole && last_entry ? kEndOfBatch : 0, first.bytes(), buf);
     while (done < size) {
-      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kMaxRecordPayload, size - done));
+      std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kMaxRecordPayload, size - done));
       bool last_piece = done + n == size;
       auto part = data_range(e, done, n);
       if (!part.ok()) {
@@ -594,8 +602,29 @@ Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor
   return base;
 }
 
+Status ChangeLog::append_visible(std::span<const PendingEntry> batch) {
+  if (batch.empty()) return {};
+  if (options_.read_only) return read_only_error();
+  AppenderGuard guard(this);
+  std::unique_lock lock(mu_);
+  PGRELAY_TRY(append_locked(batch, lock, /*wait_durable=*/false));
+  lock.unlock();
+  notify_listeners();
+  return {};
+}
+
+Lsn ChangeLog::durable_end_lsn() const {
+  std::lock_guard lock(mu_);
+  return options_.sync == SyncPolicy::kNone ? last_end_lsn_ : durable_end_lsn_;
+}
+
+void ChangeLog::mark_synced_locked() {
+  synced_ = written_;
+  durable_end_lsn_ = last_end_lsn_;
+}
+
 Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
-                                std::unique_lock<std::mutex>& lock) {
+                                std::unique_lock<std::mutex>& lock, bool wait_durable) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
   std::uint64_t estimate = 0;
@@ -623,6 +652,11 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
       }
       break;
     case SyncPolicy::kFsyncPerCommit:
+      if (!wait_durable) {
+        publish_locked(mine);
+        sync_cv_.notify_one();
+        break;
+      }
       sync_cv_.notify_one();
       PGRELAY_TRY(wait_synced(mine, lock));
       break;
@@ -643,6 +677,7 @@ Status ChangeLog::wait_synced(Position target, std::unique_lock<std::mutex>& loc
 void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
   sync_in_progress_ = true;
   Position goal = written_;
+  const Lsn goal_end = last_end_lsn_;  // written_ and last_end_lsn_ move together, under mu_
   int fd = ::dup(active_->file.get());
   std::string path = active_->path;
   lock.unlock();
@@ -662,6 +697,7 @@ void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
     failed_ = err;
   } else if (synced_ < goal) {
     synced_ = goal;
+    durable_end_lsn_ = goal_end;
     if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal);
   }
   synced_cv_.notify_all();
@@ -766,7 +802,8 @@ LogStats ChangeLog::stats() const {
   }
   s.newest_lsn = last_commit_lsn_;
   s.newest_time = active_->info.last_time;
-  for (auto it = manifest_.segments.rbegin(); s.newest_time == 0 && it != manifest_.segments.rend(); ++it) {
+  for (auto it = manifest_.segments.rbegin(); s.newest_time == 0 && it != manifest_.segments.rend();
+       ++it) {
     s.newest_time = it->last_time;
   }
   s.recovered_truncated_bytes = recovered_truncated_bytes_;
@@ -829,11 +866,11 @@ Position ChangeLog::seek_first(const std::function<bool(const SegmentInfo&)>& re
 Result<Position> ChangeLog::seek(Lsn start) const {
   Lsn removed = removed_through();
   if (removed.is_valid() && start <= removed) {
-    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                       "requested starting point " + start.to_string() +
-                           " has already been removed from the log",
-                       "The oldest retained position is after " + removed.to_string() +
-                           ". Start from a later LSN, or create a new slot and copy the data again.");
+    return Error::make(
+        sqlstate::kObjectNotInPrerequisiteState,
+        "requested starting point " + start.to_string() + " has already been removed from the log",
+        "The oldest retained position is after " + removed.to_string() +
+            ". Start from a later LSN, or create a new slot and copy the data again.");
   }
   return seek_first([&](const SegmentInfo& s) { return s.last_lsn >= start; },
                     [&](const IndexPoint& p) { return p.lsn < start; });
@@ -894,7 +931,8 @@ Status ChangeLog::remove_before(Lsn lsn) {
 // ---------------------------------------------------------------------------------------------
 // Cursor
 
-Cursor::Cursor(const ChangeLog* log, Lsn start, Position pos) : log_(log), start_(start), pos_(pos) {}
+Cursor::Cursor(const ChangeLog* log, Lsn start, Position pos)
+    : log_(log), start_(start), pos_(pos) {}
 
 Status Cursor::open_segment(std::uint64_t seq, std::uint64_t offset) {
   std::string path = log_->segment_path(seq);

@@ -81,8 +81,8 @@ struct Position {
 };
 
 struct IndexPoint {
-  Lsn lsn;                  // commit LSN of the first entry of the batch at `offset`
-  std::int64_t time = 0;    // its commit time
+  Lsn lsn;                // commit LSN of the first entry of the batch at `offset`
+  std::int64_t time = 0;  // its commit time
   std::uint64_t offset = 0;
 };
 
@@ -118,6 +118,14 @@ class ChangeLog {
   // Appends the entries as one atomic batch. Transactions and messages must have strictly
   // increasing commit LSNs (checkpoints are exempt). Returns once durable under the policy.
   Status append(std::span<const PendingEntry> batch);
+  // Like append(), but returns (and shows the batch to readers) once it is written, while the
+  // sync thread makes it durable as the policy says (kFsyncPerCommit: at once, in the next group
+  // commit). Only for sources that can give the same entries again, at the same LSNs, after a
+  // crash lost them, and that release their own copy only up to durable_end_lsn(): a reader that
+  // saw an entry the crash took sees it again, identical, instead of a gap.
+  Status append_visible(std::span<const PendingEntry> batch);
+  // The end LSN of the newest entry an fdatasync covered (under kNone: of the newest entry).
+  Lsn durable_end_lsn() const;
 
   // Like append(), but the log chooses the LSNs: the entries' LSNs are offsets relative to the
   // batch, and the log shifts them all by one base = max(`floor`, last end LSN + 1), so that
@@ -167,7 +175,11 @@ class ChangeLog {
   Status write_manifest_locked();
   struct AppenderGuard;
   Error read_only_error() const;
-  Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock);
+  // `wait_durable` false: publish at once and leave the fdatasync to the sync thread.
+  Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock,
+                       bool wait_durable = true);
+  // After an fdatasync that covered everything written: synced_ and durable_end_lsn_ catch up.
+  void mark_synced_locked();
   Status write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset);
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
   Status wait_synced(Position target, std::unique_lock<std::mutex>& lock);
@@ -208,6 +220,7 @@ class ChangeLog {
   std::optional<Error> failed_;  // set after an fsync failure: the log refuses further appends
   Lsn last_commit_lsn_;
   Lsn last_end_lsn_;
+  Lsn durable_end_lsn_;  // last_end_lsn_ as of the last fdatasync
   std::optional<Bytes> last_checkpoint_;
   std::vector<std::function<void()>> listeners_;
   LogStats counters_;
@@ -244,8 +257,8 @@ class Cursor {
   Position pos_;  // start of the next unread record
   FileHandle file_;
   std::unique_ptr<RecordReader> reader_;
-  bool in_entry_ = false;     // data of the current entry not yet fully read
-  ByteView pending_data_;     // data carried by the record that started the entry
+  bool in_entry_ = false;  // data of the current entry not yet fully read
+  ByteView pending_data_;  // data carried by the record that started the entry
   bool pending_valid_ = false;
   bool entry_whole_ = false;
   std::int64_t min_time_ = std::numeric_limits<std::int64_t>::min();

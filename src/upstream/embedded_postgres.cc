@@ -365,7 +365,9 @@ Status EmbeddedPostgres::write_settings() {
       "max_connections = 200               # zero-cache and friends open many\n"
       "shared_buffers = 128MB\n"
       "max_prepared_transactions = 0       # lets capture wake on NOTIFY\n"
-      "wal_level = replica\n"
+      "wal_level = " +
+      std::string(options_.logical_decoding ? "logical" : "replica") +
+      "\n"
       "logging_collector = off\n"
       "log_line_prefix = '%m [%p] %q%u@%d '\n";
   fs::path scratch = path.string() + ".tmp";

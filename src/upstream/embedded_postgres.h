@@ -34,6 +34,8 @@ struct EmbeddedOptions {
   std::string bin_dir;   // empty: found with pg_config, PATH or /usr/lib/postgresql/*/bin
   std::string run_as;    // OS user when pgrelay runs as root; empty: postgres, else nobody
   std::string superuser = "postgres";  // the database superuser initdb creates
+  // wal_level = logical instead of replica: for native capture, which decodes the WAL.
+  bool logical_decoding = false;
   // Events worth a log line (initdb, restarts, relocation); called from pgrelay's threads.
   std::function<void(const std::string&)> on_event;
 };

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -78,6 +79,37 @@ TEST(ChangeLog, AppendsAndReadsInOrder) {
   EXPECT_EQ(s.entries_appended, 50u);
   EXPECT_EQ(s.oldest_lsn, Lsn(150));
   EXPECT_EQ(s.newest_lsn, Lsn(5050));
+}
+
+// append_visible shows a batch to readers before its fdatasync; durable_end_lsn() tells how far
+// the sync thread has made the log durable, and catches up with it.
+TEST(ChangeLog, AppendVisibleIsReadableAtOnceAndDurableSoonAfter) {
+  TempDir dir;
+  auto log = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
+  ASSERT_NE(log, nullptr);
+  append_txns(*log, 1, 3);
+  const Lsn durable_before = log->durable_end_lsn();
+  EXPECT_EQ(durable_before, log->last_end_lsn());
+  for (std::uint64_t n = 4; n <= 40; ++n) {
+    std::string data = payload_for(n, 40);
+    PendingEntry e = txn(n, as_bytes(data));
+    ASSERT_TRUE(log->append_visible(std::span<const PendingEntry>(&e, 1)).ok()) << n;
+    EXPECT_LE(log->durable_end_lsn(), log->last_end_lsn());
+  }
+  EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 40));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (log->durable_end_lsn() < log->last_end_lsn() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(log->durable_end_lsn(), log->last_end_lsn());
+  EXPECT_GT(log->durable_end_lsn(), durable_before);
+  const Lsn end = log->last_end_lsn();
+  log.reset();
+  auto reopened = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->durable_end_lsn(), end);
+  EXPECT_EQ(read_all(*reopened, Lsn(0)), range(1, 40));
 }
 
 TEST(ChangeLog, RestartRuleAtExactBoundaries) {
@@ -223,7 +255,8 @@ TEST(ChangeLog, BatchIsAtomicAndOrdered) {
   std::vector<std::string> datas;
   for (int n = 1; n <= 5; ++n) datas.push_back(payload_for(static_cast<std::uint64_t>(n)));
   std::vector<PendingEntry> batch;
-  for (int n = 1; n <= 5; ++n) batch.push_back(txn(static_cast<std::uint64_t>(n), as_bytes(datas[n - 1])));
+  for (int n = 1; n <= 5; ++n)
+    batch.push_back(txn(static_cast<std::uint64_t>(n), as_bytes(datas[n - 1])));
   ASSERT_TRUE(log->append(batch).ok());
   EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 5));
 }

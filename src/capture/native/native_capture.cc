@@ -61,7 +61,7 @@ Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions
   log::BuilderOptions builder;
   builder.spill_dir = capture->options_.spill_dir;
   capture->builder_ = std::make_unique<log::TransactionBuilder>(capture->catalog_, builder);
-  capture->durable_end_ = log.last_end_lsn();
+  capture->appended_end_ = log.last_end_lsn();
   if (auto connected = capture->connect(); !connected.ok()) {
     // The walsender of a pgrelay that was just killed can hold the slot a moment longer;
     // the capture thread retries that. Anything else is a configuration error to report now.
@@ -148,7 +148,8 @@ Status NativeCapture::connect() {
   if (!stream.ok()) return stream.error();
   stream_ = std::move(*stream);
   decoder_.emplace(pgoutput::DecoderOptions{});
-  durable_end_ = log_.last_end_lsn();
+  appended_end_ = log_.last_end_lsn();
+  reported_ = Lsn();
   last_status_ = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
   if (connected_before_) ++stats_.reconnects;
@@ -217,7 +218,9 @@ Status NativeCapture::pump() {
       // Nothing more on the socket: append what completed, as one batch.
       if (!waiting) {
         PGRELAY_TRY(flush_pending());
-      } else if (std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
+      } else if (log_.durable_end_lsn() > reported_ ||
+                 std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
+        // The sync thread made more durable since the last report: release it upstream.
         PGRELAY_TRY(report_progress(false));
       }
       continue;
@@ -329,8 +332,10 @@ Status NativeCapture::flush_pending() {
     std::vector<log::PendingEntry> batch;
     batch.reserve(pending_.size());
     for (const auto& e : pending_) batch.push_back(e.pending());
-    PGRELAY_TRY(log_.append(batch));
-    durable_end_ = pending_.back().meta.end_lsn;
+    // Readers get the batch without waiting for its fdatasync: should a crash lose it, the
+    // slot, confirmed only up to what is durable, streams it again at the same LSNs.
+    PGRELAY_TRY(log_.append_visible(batch));
+    appended_end_ = pending_.back().meta.end_lsn;
     std::lock_guard lock(mu_);
     ++stats_.batches;
     stats_.transactions += pending_.size();
@@ -352,9 +357,14 @@ Status NativeCapture::flush_pending() {
 }
 
 Status NativeCapture::report_progress(bool reply_requested) {
-  Lsn confirmed = std::max(durable_end_, stream_position_);
+  // Only what the log made durable is released upstream; a keepalive's position only once
+  // everything read before it is.
+  Lsn confirmed = log_.durable_end_lsn();
+  if (confirmed >= appended_end_ && pending_.empty())
+    confirmed = std::max(confirmed, stream_position_);
   PGRELAY_TRY(stream_->send_status(confirmed, confirmed, reply_requested));
   last_status_ = std::chrono::steady_clock::now();
+  reported_ = confirmed;
   std::lock_guard lock(mu_);
   stats_.confirmed_lsn = confirmed;
   return {};

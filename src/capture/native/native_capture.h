@@ -7,6 +7,10 @@
 //   - durable before released: the slot is confirmed only up to what the log made durable, and
 //     a restart resumes from the log's end, skipping any transaction already in it, so nothing
 //     is lost or appended twice (kill -9 included);
+//   - readers see a batch once it is written, before its fdatasync (ChangeLog::append_visible):
+//     a crash can only take what the slot has not been told, and the slot gives that back at
+//     the same LSNs, so a consumer that saw it sees it again, identical, and skips it by its
+//     own confirmed position. This keeps the fdatasync out of commit-to-consumer latency;
 //   - transactions read off the socket together are appended as one batch: one fdatasync for
 //     all of them, however many arrived while the previous one ran.
 //
@@ -125,7 +129,8 @@ class NativeCapture {
   std::uint64_t pending_bytes_ = 0;
   std::uint64_t pending_rows_ = 0;  // data changes in pending_
   std::uint64_t open_rows_ = 0;     // data changes in the open transaction
-  Lsn durable_end_;                 // end LSN of the last entry the log made durable
+  Lsn appended_end_;  // end LSN of the last entry appended (visible, maybe not durable)
+  Lsn reported_;      // the position last confirmed upstream
   // A keepalive's position received outside a transaction: every commit before it has been
   // read, so the slot may be confirmed there once pending_ is durable.
   Lsn stream_position_;
