@@ -713,6 +713,11 @@ void ChangeLog::sync_loop() {
     auto pending = [&] { return synced_ < written_ && !failed_; };
     if (per_commit) {
       sync_cv_.wait(lock, [&] { return stopping_ || pending(); });
+      // Only append_visible() data unsynced: nobody waits for it, so let more gather.
+      if (sync_waiters_.empty()) {
+        sync_cv_.wait_for(lock, options_.visible_sync_delay,
+                          [&] { return stopping_ || !sync_waiters_.empty(); });
+      }
       // Let appenders already inside append() write first, so they share this fdatasync.
       auto group_complete = [&] {
         auto unsynced = std::count_if(sync_waiters_.begin(), sync_waiters_.end(),

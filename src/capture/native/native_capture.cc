@@ -216,13 +216,8 @@ Status NativeCapture::pump() {
     if (!frame.ok()) return frame.error();
     if (std::holds_alternative<NoFrame>(*frame)) {
       // Nothing more on the socket: append what completed, as one batch.
-      if (!waiting) {
-        PGRELAY_TRY(flush_pending());
-      } else if (log_.durable_end_lsn() > reported_ ||
-                 std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
-        // The sync thread made more durable since the last report: release it upstream.
-        PGRELAY_TRY(report_progress(false));
-      }
+      if (!waiting) PGRELAY_TRY(flush_pending());
+      PGRELAY_TRY(maybe_report_progress());
       continue;
     }
     if (auto* data = std::get_if<wire::XLogData>(&*frame)) {
@@ -241,7 +236,10 @@ Status NativeCapture::pump() {
     // An idle walsender sends a keepalive when the slot lags what it has decoded; answering at
     // once lets the slot (and the upstream's WAL retention) follow without waiting for
     // status_interval.
-    if (keepalive.reply_requested || (advanced && pending_.empty())) PGRELAY_TRY(flush_pending());
+    if (keepalive.reply_requested || (advanced && pending_.empty())) {
+      PGRELAY_TRY(flush_pending());
+      PGRELAY_TRY(report_progress(false));
+    }
   }
   return {};
 }
@@ -353,7 +351,16 @@ Status NativeCapture::flush_pending() {
     cv_.notify_all();
     pending_barrier_ = Lsn();
   }
-  return report_progress(false);
+  return {};
+}
+
+Status NativeCapture::maybe_report_progress() {
+  const auto since = std::chrono::steady_clock::now() - last_status_;
+  if (since >= options_.status_interval ||
+      (since >= options_.report_gap && log_.durable_end_lsn() > reported_)) {
+    return report_progress(false);
+  }
+  return {};
 }
 
 Status NativeCapture::report_progress(bool reply_requested) {

@@ -59,8 +59,11 @@ struct NativeCaptureOptions {
   std::string spill_dir;  // where transactions past the builder's threshold spill
   bool install_on_start = true;
   std::chrono::milliseconds mirror_interval{1000};
-  // Longest gap between two status updates to the upstream (each append sends one too).
+  // Longest gap between two status updates to the upstream, and the least between two while
+  // the durable position moves: each update wakes the upstream's walsender, which at one per
+  // transaction cost the upstream more CPU than the writes did.
   std::chrono::milliseconds status_interval{1000};
+  std::chrono::milliseconds report_gap{20};
   std::chrono::milliseconds reconnect_min{100}, reconnect_max{5000};
   // Completed transactions are appended once nothing more is waiting on the socket, or when
   // this many bytes are pending.
@@ -108,9 +111,11 @@ class NativeCapture {
   // Reads and handles frames until an error (or stop()).
   Status pump();
   Status handle(const wire::XLogData& data);
-  // Appends the completed transactions waiting in pending_, then reports progress upstream.
+  // Appends the completed transactions waiting in pending_ and signals a barrier read.
   Status flush_pending();
   Status report_progress(bool reply_requested);
+  // report_progress() when status_interval passed, or report_gap and the log made more durable.
+  Status maybe_report_progress();
   void reset_stream();
   void note_error(const Error& error);
   void sleep_interruptibly(std::chrono::milliseconds duration);
