@@ -185,6 +185,7 @@ measure() {
   local sys=$1 run=$2 mode=$3 m=$4 expect=$5 per=$6; shift 6
   local dir="$OUT/$sys.$run" conn cpu
   mkdir -p "$dir"
+  rm -f "$dir/ready" "$dir/go"  # an OUT reused from an earlier run must not start anything early
   reset_table
   if [ "$sys" = native ]; then conn=$PG_CONN; cpu=(--cpu-pid "upstream=$PG_PID")
   else conn=$RELAY_CONN; cpu=(--cpu-pid "upstream=$PG_PID" --cpu-pid "pgrelay=$RELAY_PID"); fi
