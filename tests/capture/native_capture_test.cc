@@ -229,6 +229,26 @@ TEST(NativeCaptureTest, PublicationsFollowTheOthers) {
   EXPECT_EQ(inserts[0].second, "first");
 }
 
+// Every name pgrelay puts into SQL or replication commands is quoted: a schema (and so the
+// publications named after it) with quotes and upper case works like any other.
+TEST(NativeCaptureTest, QuotesTheSchemaAndPublicationNames) {
+  test::PgServer server;
+  server.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  TempLog log;
+  auto options = options_for(server, log);
+  options.schema = "Odd\"s'chema";
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  EXPECT_EQ(server.scalar("SELECT string_agg(pubname, ',' ORDER BY pubname) FROM pg_publication "
+                          "WHERE pubname LIKE 'Odd%'"),
+            "Odd\"s'chema_capture,Odd\"s'chema_capture_keyless");
+  server.exec("INSERT INTO t VALUES (7)");
+  ASSERT_TRUE((*capture)->sync().ok());
+  const auto inserts = logged_inserts(log.log());
+  ASSERT_EQ(inserts.size(), 1u);
+  EXPECT_EQ(inserts[0].second, "7");
+}
+
 TEST(NativeCaptureTest, RefusesWhatItCannotDo) {
   test::PgServerOptions replica_options;
   replica_options.settings["wal_level"] = "replica";

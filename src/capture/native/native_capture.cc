@@ -23,6 +23,20 @@ Error capture_error(std::string message, std::string hint = {}) {
   return Error::make(sqlstate::kObjectNotInPrerequisiteState, std::move(message), std::move(hint));
 }
 
+// "name" with embedded double quotes doubled.
+std::string quoted_name(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// 'text' with embedded single quotes doubled: the replication grammar has no other string form.
+std::string string_literal(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
 Result<Lsn> lsn_of(std::string_view text, const char* what) {
   auto lsn = Lsn::parse(text);
   if (!lsn) return Error::make(sqlstate::kProtocolViolation, std::string("invalid ") + what);
@@ -137,10 +151,11 @@ Status NativeCapture::connect() {
     PGRELAY_TRY(log_.append(std::span<const log::PendingEntry>(&entry, 1)));
   }
 
-  const std::string publications = "\"" + capture_publication(options_.schema) + "\",\"" +
-                                   keyless_capture_publication(options_.schema) + "\"";
+  // publication_names is a replication-grammar string holding a list of identifiers.
+  const std::string publications = quoted_name(capture_publication(options_.schema)) + "," +
+                                   quoted_name(keyless_capture_publication(options_.schema));
   const std::string stream_options =
-      "proto_version '1', publication_names '" + publications + "', messages 'true'";
+      "proto_version '1', publication_names " + string_literal(publications) + ", messages 'true'";
   // Postgres starts at max(this, the slot's confirmed position); what the log already holds is
   // skipped there, and by commit LSN below for anything the slot had not been told.
   auto stream = ReplicationStream::start(std::move(*session), options_.slot, log_.last_end_lsn(),
