@@ -745,11 +745,12 @@ Subcommand add_serve_command(CLI::App& parent) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = parent.add_subcommand(
       "serve",
-      "Serve PostgreSQL with logical replication: capture the upstream's row changes with\n"
-      "triggers into pgrelay's change log, answer replication connections\n"
-      "(replication=database) from that log, and pass every other session through to the\n"
-      "upstream. Without --upstream, pgrelay starts a private PostgreSQL in DATA_DIR/pg (the\n"
-      "first run creates it with initdb) and serves that; `pgrelay` alone does the same.\n"
+      "Serve PostgreSQL with logical replication: capture the upstream's row changes (with\n"
+      "triggers, or natively from its own slot: --capture) into pgrelay's change log,\n"
+      "answer replication connections (replication=database) from that log, and pass every\n"
+      "other session through to the upstream. Without --upstream, pgrelay starts a private\n"
+      "PostgreSQL in DATA_DIR/pg (the first run creates it with initdb) and serves that;\n"
+      "`pgrelay` alone does the same.\n"
       "When clients can connect it prints one line on stdout:\n"
       "  pgrelay ready: postgres://USER[:PASSWORD]@HOST:PORT/DBNAME\n"
       "Ctrl-C or SIGTERM stops it cleanly, with whatever it started.\n\n"
