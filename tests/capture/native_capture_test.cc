@@ -249,6 +249,31 @@ TEST(NativeCaptureTest, QuotesTheSchemaAndPublicationNames) {
   EXPECT_EQ(inserts[0].second, "7");
 }
 
+// Without an event trigger (the role is not superuser) the mirror runs on an interval; sync(),
+// which slot creation calls, mirrors first, so a slot created right after its publication gets
+// that publication's rows from its consistent point on.
+TEST(NativeCaptureTest, SyncCapturesAPublicationCreatedJustBefore) {
+  test::PgServer server;
+  server.create_role("nat", std::nullopt, "REPLICATION");
+  server.exec("CREATE DATABASE app OWNER nat");
+  TempLog log;
+  auto options = options_for(server, log);
+  options.conninfo = server.conninfo("app", "nat");
+  options.mirror_interval = std::chrono::hours(1);
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  EXPECT_FALSE((*capture)->setup_report().event_trigger);
+  test::PgConnection owner(server.conninfo("app", "nat"));
+  owner.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  auto consistent = (*capture)->sync();
+  ASSERT_TRUE(consistent.ok()) << consistent.error().to_string();
+  owner.exec("INSERT INTO t VALUES (1)");
+  ASSERT_TRUE((*capture)->sync().ok());
+  const auto inserts = logged_inserts(log.log());
+  ASSERT_EQ(inserts.size(), 1u);
+  EXPECT_GT(inserts[0].first, *consistent);
+}
+
 TEST(NativeCaptureTest, RefusesWhatItCannotDo) {
   test::PgServerOptions replica_options;
   replica_options.settings["wal_level"] = "replica";

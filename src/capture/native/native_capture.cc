@@ -423,6 +423,10 @@ void NativeCapture::sleep_interruptibly(std::chrono::milliseconds duration) {
 Result<Lsn> NativeCapture::sync() {
   auto session = PgSession::connect(options_.conninfo);
   if (!session.ok()) return session.error();
+  // A slot created right after its publication must see that publication's tables captured
+  // from its consistent point on, without waiting for the mirror's interval.
+  auto mirrored = mirror_publications(**session, options_.schema);
+  if (!mirrored.ok()) return mirrored.error();
   auto emitted = (*session)->exec(
       "SELECT pg_catalog.pg_logical_emit_message(false, $1::text, ''::text)", {kBarrierPrefix});
   if (!emitted.ok()) return emitted.error();
@@ -445,7 +449,8 @@ Result<Lsn> NativeCapture::sync() {
 
 Result<ExportedSnapshot> NativeCapture::export_snapshot() {
   {
-    // Tables of a publication created just before must be captured from before the snapshot.
+    // Tables of a publication created just before must be captured from before the snapshot
+    // (sync() mirrors again, after the consistent point: too late for this).
     auto session = PgSession::connect(options_.conninfo);
     if (!session.ok()) return session.error();
     auto mirrored = mirror_publications(**session, options_.schema);

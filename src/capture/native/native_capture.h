@@ -19,11 +19,11 @@
 // mirror_interval; with an event trigger that happens in the DDL itself and the interval only
 // catches up.
 //
-// Consistent points: sync() emits a non-transactional logical message (prefix
-// kBarrierPrefix) and waits until the capture has read it: every transaction committed before
-// the call precedes it in the WAL, so it is then durable in the log. export_snapshot() creates
-// a temporary upstream slot that exports a snapshot; Postgres gives that snapshot exactly the
-// transactions that commit before the slot's consistent point, which is the split the log's
+// Consistent points: sync() mirrors the publications, emits a non-transactional logical message
+// (prefix kBarrierPrefix) and waits until the capture has read it: every transaction committed
+// before the call precedes it in the WAL, so it is then durable in the log. export_snapshot()
+// creates a temporary upstream slot that exports a snapshot; Postgres gives that snapshot exactly
+// the transactions that commit before the slot's consistent point, which is the split the log's
 // restart rule makes, so that point serves as pgrelay's slot's consistent point once the
 // capture has passed it.
 #pragma once
