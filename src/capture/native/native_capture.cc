@@ -253,7 +253,7 @@ Status NativeCapture::pump() {
     // status_interval.
     if (keepalive.reply_requested || (advanced && pending_.empty())) {
       PGRELAY_TRY(flush_pending());
-      PGRELAY_TRY(report_progress(false));
+      PGRELAY_TRY(report_progress());
     }
   }
   return {};
@@ -373,18 +373,18 @@ Status NativeCapture::maybe_report_progress() {
   const auto since = std::chrono::steady_clock::now() - last_status_;
   if (since >= options_.status_interval ||
       (since >= options_.report_gap && log_.durable_end_lsn() > reported_)) {
-    return report_progress(false);
+    return report_progress();
   }
   return {};
 }
 
-Status NativeCapture::report_progress(bool reply_requested) {
+Status NativeCapture::report_progress() {
   // Only what the log made durable is released upstream; a keepalive's position only once
   // everything read before it is.
   Lsn confirmed = log_.durable_end_lsn();
   if (confirmed >= appended_end_ && pending_.empty())
     confirmed = std::max(confirmed, stream_position_);
-  PGRELAY_TRY(stream_->send_status(confirmed, confirmed, reply_requested));
+  PGRELAY_TRY(stream_->send_status(confirmed, confirmed));
   last_status_ = std::chrono::steady_clock::now();
   reported_ = confirmed;
   std::lock_guard lock(mu_);

@@ -113,7 +113,7 @@ class NativeCapture {
   Status handle(const wire::XLogData& data);
   // Appends the completed transactions waiting in pending_ and signals a barrier read.
   Status flush_pending();
-  Status report_progress(bool reply_requested);
+  Status report_progress();
   // report_progress() when status_interval passed, or report_gap and the log made more durable.
   Status maybe_report_progress();
   void reset_stream();

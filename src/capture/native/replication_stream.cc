@@ -6,20 +6,6 @@
 #include <cerrno>
 
 namespace pgrelay::capture {
-namespace {
-
-std::string trimmed(const char* text) {
-  std::string s = text != nullptr ? text : "";
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-std::string field(const PGresult* res, int code) {
-  const char* v = PQresultErrorField(res, code);
-  return v != nullptr ? v : "";
-}
-
-}  // namespace
 
 Result<std::unique_ptr<ReplicationStream>> ReplicationStream::start(
     std::unique_ptr<PgSession> session, const std::string& slot, wire::Lsn start,
@@ -29,18 +15,10 @@ Result<std::unique_ptr<ReplicationStream>> ReplicationStream::start(
   const std::string command =
       "START_REPLICATION SLOT " + *quoted + " LOGICAL " + start.to_string() + " (" + options + ")";
   PGresult* res = PQexec(session->raw(), command.c_str());
-  if (res == nullptr) {
-    return Error::make(sqlstate::kConnectionException,
-                       "START_REPLICATION failed: " + trimmed(PQerrorMessage(session->raw())));
-  }
-  const ExecStatusType status = PQresultStatus(res);
-  if (status != PGRES_COPY_BOTH) {
-    Error error{field(res, PG_DIAG_SQLSTATE), field(res, PG_DIAG_MESSAGE_PRIMARY),
-                field(res, PG_DIAG_MESSAGE_DETAIL), field(res, PG_DIAG_MESSAGE_HINT)};
-    if (error.sqlstate.empty()) {
-      error = Error::make(sqlstate::kConnectionException,
-                          "START_REPLICATION failed: " + trimmed(PQerrorMessage(session->raw())));
-    }
+  if (res == nullptr) return session->connection_error("START_REPLICATION failed");
+  if (PQresultStatus(res) != PGRES_COPY_BOTH) {
+    Error error = PgSession::server_error(res).value_or(
+        session->connection_error("START_REPLICATION failed"));
     PQclear(res);
     return error;
   }
@@ -49,17 +27,15 @@ Result<std::unique_ptr<ReplicationStream>> ReplicationStream::start(
 }
 
 Error ReplicationStream::lost(const std::string& what) const {
-  return Error::make(sqlstate::kConnectionFailure,
-                     what + ": " + trimmed(PQerrorMessage(session_->raw())));
+  return session_->connection_error(what, sqlstate::kConnectionFailure);
 }
 
 Error ReplicationStream::ended() {
   std::optional<Error> error;
   while (PGresult* res = PQgetResult(session_->raw())) {
     if (!error && PQresultStatus(res) == PGRES_FATAL_ERROR) {
-      error = Error{field(res, PG_DIAG_SQLSTATE), field(res, PG_DIAG_MESSAGE_PRIMARY),
-                    field(res, PG_DIAG_MESSAGE_DETAIL), field(res, PG_DIAG_MESSAGE_HINT)};
-      if (error->sqlstate.empty()) error = lost("upstream replication stream failed");
+      error = PgSession::server_error(res);
+      if (!error) error = lost("upstream replication stream failed");
     }
     PQclear(res);
   }
@@ -95,13 +71,12 @@ Result<StreamFrame> ReplicationStream::read(std::chrono::milliseconds timeout) {
   }
 }
 
-Status ReplicationStream::send_status(wire::Lsn written, wire::Lsn flushed, bool reply_requested) {
+Status ReplicationStream::send_status(wire::Lsn written, wire::Lsn flushed) {
   wire::StandbyStatusUpdate update;
   update.write = written;
   update.flush = flushed;
   update.apply = flushed;
   update.send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
-  update.reply_requested = reply_requested;
   const Bytes payload = wire::encode(update);
   PGconn* conn = session_->raw();
   if (PQputCopyData(conn, reinterpret_cast<const char*>(payload.data()),

@@ -30,9 +30,8 @@ class ReplicationStream {
 
   // The next frame, waiting at most `timeout` for one (zero: only what already arrived).
   Result<StreamFrame> read(std::chrono::milliseconds timeout);
-  // Sends a standby status update; `reply_requested` makes the walsender answer with a
-  // keepalive at once, which tells how far it has decoded.
-  Status send_status(wire::Lsn written, wire::Lsn flushed, bool reply_requested);
+  // Sends a standby status update (apply = flushed).
+  Status send_status(wire::Lsn written, wire::Lsn flushed);
 
  private:
   explicit ReplicationStream(std::unique_ptr<PgSession> session) : session_(std::move(session)) {}

@@ -47,9 +47,15 @@ PgSession::~PgSession() {
   if (conn_ != nullptr) PQfinish(conn_);
 }
 
-Error PgSession::connection_error(const std::string& what) const {
-  return Error::make(sqlstate::kConnectionException,
-                     what + ": " + trim_newline(PQerrorMessage(conn_)));
+Error PgSession::connection_error(const std::string& what, const char* sqlstate) const {
+  return Error::make(sqlstate, what + ": " + trim_newline(PQerrorMessage(conn_)));
+}
+
+std::optional<Error> PgSession::server_error(const PGresult* res) {
+  std::string code = field(res, PG_DIAG_SQLSTATE);
+  if (code.empty()) return std::nullopt;
+  return Error{code, field(res, PG_DIAG_MESSAGE_PRIMARY), field(res, PG_DIAG_MESSAGE_DETAIL),
+               field(res, PG_DIAG_MESSAGE_HINT)};
 }
 
 Result<QueryResult> PgSession::exec(const std::string& sql, const Params& params,
@@ -87,10 +93,8 @@ Result<QueryResult> PgSession::finish(PGresult* res) {
   QueryResult result(res);
   const ExecStatusType st = PQresultStatus(res);
   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return result;
-  std::string code = field(res, PG_DIAG_SQLSTATE);
-  if (code.empty()) return connection_error("query failed");
-  return Error{code, field(res, PG_DIAG_MESSAGE_PRIMARY), field(res, PG_DIAG_MESSAGE_DETAIL),
-               field(res, PG_DIAG_MESSAGE_HINT)};
+  if (auto error = server_error(res)) return *error;
+  return connection_error("query failed");
 }
 
 Status PgSession::run(const std::string& sql, const Params& params) {

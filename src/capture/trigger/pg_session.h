@@ -74,10 +74,16 @@ class PgSession {
   // (LISTEN) it held; 08006 when the connection is gone.
   Result<int> drain_notifications();
 
+  // `what` and libpq's last message on this connection, as `sqlstate`.
+  Error connection_error(const std::string& what,
+                         const char* sqlstate = sqlstate::kConnectionException) const;
+  // The server's error in `res` (SQLSTATE, message, detail, hint), or nullopt when it carries
+  // no SQLSTATE (libpq's own failures).
+  static std::optional<Error> server_error(const PGresult* res);
+
  private:
   explicit PgSession(PGconn* conn) : conn_(conn) {}
   static Result<std::unique_ptr<PgSession>> adopt(PGconn* conn);
-  Error connection_error(const std::string& what) const;
   // Takes ownership of `res`: the result, or its error (SQLSTATE kept).
   Result<QueryResult> finish(PGresult* res);
 
