@@ -291,7 +291,7 @@ int run_install(const CaptureOptions& options) {
 // Objects pgrelay creates in its schema: trigger capture's (installer.cc) and the virtual
 // catalog's (virtual_catalog.cc), plus capture_<oid>, one trigger function per table.
 constexpr const char* kOwnRelations =
-    "{changes,captured,layouts,sources,wakeup,meta,catalog_meta,catalog_slots,"
+    "{changes,captured,layouts,sources,wakeup,meta,publication_state,catalog_meta,catalog_slots,"
     "catalog_walsenders,catalog_server,catalog_settings,catalog_requests,pg_replication_slots,"
     "pg_stat_replication,pg_settings}";
 constexpr const char* kOwnFunctions =
@@ -299,7 +299,8 @@ constexpr const char* kOwnFunctions =
     "capture_truncate,emit_message,on_ddl,current_setting,pg_current_wal_lsn,"
     "pg_current_wal_insert_lsn,pg_current_wal_flush_lsn,catalog_create_slot,"
     "pg_create_logical_replication_slot,pg_drop_replication_slot,catalog_terminate_walsender,"
-    "pg_terminate_backend}";
+    "pg_terminate_backend,note_publications,publications_fingerprint,native_mirror,"
+    "native_on_ddl}";
 
 // Objects of the schema that pgrelay did not create (sequences and indexes belonging to a
 // table, and row and array types, go with their owners and are not listed).

@@ -105,6 +105,9 @@ std::optional<TableRule> PublicationTables::rule_for(const pgoutput::Relation& r
     auto it = tables.find(named->second);
     if (it != tables.end()) return it->second;
   }
+  // A change logged before its table was renamed, read after the publications were (the log
+  // holds the upstream's OIDs): the table is the one published, as Postgres decides by OID.
+  if (auto it = tables.find(relation.oid); it != tables.end()) return it->second;
   OperationSet ops = all_tables;
   auto s = schemas.find(schema);
   if (s != schemas.end()) ops |= s->second;
@@ -193,6 +196,8 @@ void ChangeView::start(const EntryMeta& meta) {
   relations_.clear();
   pending_types_.clear();
   sent_any_ = false;
+  publications_changed_ = false;
+  pause_pending_ = false;
 }
 
 Result<ChangeView::RelationState*> ChangeView::state_for(pgoutput::Oid oid, Lsn lsn) {
@@ -209,13 +214,44 @@ Result<ChangeView::RelationState*> ChangeView::state_for(pgoutput::Oid oid, Lsn 
 
 void ChangeView::send_relation(RelationState& state, std::vector<Change>& out) {
   if (state.sent) return;
-  for (Change& type : state.types) out.push_back(std::move(type));
-  state.types.clear();
-  out.push_back(Change{state.lsn, state.relation});
   state.sent = true;
+  if (state.keep.empty()) {
+    for (const Change& type : state.types) out.push_back(type);
+    out.push_back(Change{state.lsn, state.relation});
+    return;
+  }
+  pgoutput::Relation projected = state.relation;
+  projected.columns.clear();
+  std::set<pgoutput::Oid> kept_types;
+  for (std::size_t i = 0; i < state.relation.columns.size(); ++i) {
+    if (!state.keep[i]) continue;
+    kept_types.insert(state.relation.columns[i].type_oid);
+    projected.columns.push_back(state.relation.columns[i]);
+  }
+  // Types are sent only for the columns the list keeps (send_relation_and_attrs).
+  for (const Change& type : state.types) {
+    const auto* t = std::get_if<pgoutput::Type>(&type.message);
+    if (t == nullptr || kept_types.count(t->oid) != 0) out.push_back(type);
+  }
+  out.push_back(Change{state.lsn, std::move(projected)});
 }
 
-void ChangeView::describe_relation(RelationState& state, pgoutput::Relation relation) {
+void ChangeView::replace_options(ViewOptions options) {
+  options_ = std::move(options);
+  pause_pending_ = false;
+  for (auto& [oid, state] : relations_) {
+    state.sent = false;
+    describe_relation(state);
+  }
+}
+
+void ChangeView::describe_relation(RelationState& state) {
+  const pgoutput::Relation& relation = state.relation;
+  state.allowed = !options_.tables || options_.tables->matches(relation);
+  if (options_.delta_updates) {
+    state.key = key_columns(
+        relation, options_.delta_keys ? options_.delta_keys(relation) : std::vector<std::string>());
+  }
   state.table_operations = kAllOperations;
   state.keep.clear();
   for (auto& f : state.filters) f.reset();
@@ -225,7 +261,6 @@ void ChangeView::describe_relation(RelationState& state, pgoutput::Relation rela
     std::optional<TableRule> rule = options_.publications->rule_for(relation);
     if (!rule) {
       state.allowed = false;
-      state.types.clear();
     } else {
       state.table_operations = rule->operations;
       state.error = rule->error;
@@ -250,22 +285,6 @@ void ChangeView::describe_relation(RelationState& state, pgoutput::Relation rela
       }
     }
   }
-  if (!state.keep.empty()) {
-    std::vector<pgoutput::Column> kept;
-    std::set<pgoutput::Oid> kept_types;
-    for (std::size_t i = 0; i < relation.columns.size(); ++i) {
-      if (!state.keep[i]) continue;
-      kept_types.insert(relation.columns[i].type_oid);
-      kept.push_back(std::move(relation.columns[i]));
-    }
-    relation.columns = std::move(kept);
-    // Types are sent only for the columns the list keeps (send_relation_and_attrs).
-    std::erase_if(state.types, [&](const Change& c) {
-      const auto* type = std::get_if<pgoutput::Type>(&c.message);
-      return type != nullptr && kept_types.count(type->oid) == 0;
-    });
-  }
-  state.relation = std::move(relation);
 }
 
 Result<bool> ChangeView::apply_row_filter(RelationState& state, ChangeMessage& message) {
@@ -325,6 +344,12 @@ void ChangeView::project(const RelationState& state, ChangeMessage& message) con
 }
 
 Status ChangeView::push(Change change, std::vector<Change>& out) {
+  if (auto* marker = std::get_if<pgoutput::LogicalMessage>(&change.message);
+      marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
+    publications_changed_ = true;  // capture's own record, for walsenders, not for consumers
+    pause_pending_ = pause_at_markers_;
+    return {};
+  }
   if (auto* type = std::get_if<pgoutput::Type>(&change.message)) {
     (void)type;
     pending_types_.push_back(std::move(change));
@@ -334,16 +359,12 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
     // A Relation re-sent within the transaction (the table's schema changed) replaces the
     // earlier one and is sent again before the table's next change that is sent.
     RelationState& state = relations_[rel->oid];
-    state.allowed = !options_.tables || options_.tables->matches(*rel);
     state.sent = false;
     state.lsn = change.lsn;
-    state.types = state.allowed ? std::move(pending_types_) : std::vector<Change>();
+    state.types = std::move(pending_types_);
     pending_types_.clear();
-    if (options_.delta_updates) {
-      state.key = key_columns(
-          *rel, options_.delta_keys ? options_.delta_keys(*rel) : std::vector<std::string>());
-    }
-    describe_relation(state, std::move(*rel));
+    state.relation = std::move(*rel);
+    describe_relation(state);
     return {};
   }
   if (!operation_allowed(options_.operations, change.message)) return {};
@@ -419,11 +440,16 @@ ViewReader::ViewReader(ChangeView& view, Cursor& cursor, const EntryMeta& meta)
 }
 
 Result<std::optional<Change>> ViewReader::next() {
+  paused_ = false;
   while (true) {
     if (queue_pos_ < queue_.size()) return std::optional<Change>(std::move(queue_[queue_pos_++]));
     queue_.clear();
     queue_pos_ = 0;
     if (done_) return std::optional<Change>();
+    if (view_.take_pause()) {
+      paused_ = true;
+      return std::optional<Change>();
+    }
     auto change = reader_.next();
     if (!change.ok()) return change.take_error();
     if (!*change) {

@@ -15,6 +15,11 @@
 //  - With PublicationTables (PostgreSQL 15 publications), each table has its own publish
 //    actions, column list and per-action row filters, applied as pgoutput applies them (see
 //    PublicationTables below).
+//  - A logical message with the prefix kPublicationsChangedPrefix is never sent: capture logs
+//    it where the upstream's publications changed. The view reports it (publications_changed())
+//    and can pause there (pause_at_publication_changes()) so that its owner re-reads them and
+//    goes on with replace_options(), as pgoutput does on the publication invalidations it
+//    decodes, in the middle of the transaction that made them included.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +73,10 @@ class TableFilter {
   std::set<std::string> schemas_;
 };
 
+// The prefix of the logical message that capture writes into the transaction that changed the
+// upstream's publications (or at the next check, without an event trigger).
+inline constexpr std::string_view kPublicationsChangedPrefix = "pgrelay.publications.changed";
+
 enum class EmptyTransactions {
   kSkip,  // PostgreSQL 15+ pgoutput: a transaction with nothing to send is not sent
   kKeep,  // send Begin/Commit even when every change was filtered out
@@ -116,13 +125,15 @@ struct PublicationTables {
   // Actions of FOR TABLES IN SCHEMA publications, by schema name ("pg_catalog" for "").
   std::map<std::string, OperationSet> schemas;
   // Tables published when the view was made, by relation OID, with their complete rules, and
-  // their OIDs by (schema, name): a Relation is matched by name, as TableFilter matches (a log's
-  // OIDs need not be the upstream's; a table renamed since is matched again on reconnect).
+  // their OIDs by (schema, name): a Relation is matched by name first, as TableFilter matches
+  // (a log's OIDs need not be the upstream's), then by OID (see rule_for). A walsender makes a
+  // new view where capture marked a change of the publications, renames included.
   std::map<pgoutput::Oid, TableRule> tables;
   std::map<std::pair<std::string, std::string>, pgoutput::Oid> names;
 
-  // The rule for `relation`: its entry, else (a table created later) the actions of the FOR
-  // ALL TABLES and IN SCHEMA publications; nullopt when nothing publishes it.
+  // The rule for `relation`: its entry by name, else by OID (a name the table had before a
+  // rename), else (a table created later) the actions of the FOR ALL TABLES and IN SCHEMA
+  // publications; nullopt when nothing publishes it.
   std::optional<TableRule> rule_for(const pgoutput::Relation& relation) const;
   // A canonical text of everything above, for view keys: equal keys, equal output.
   std::string key() const;
@@ -169,12 +180,23 @@ class ChangeView {
   // an XX001 error: stored data is self-describing.
   Status push(Change change, std::vector<Change>& out);
   bool finish();
+  // Whether the entry started last carried a publications-changed marker (so far).
+  bool publications_changed() const { return publications_changed_; }
+  // With `pause` set, ViewReader stops right after each marker (paused()) and resumes when
+  // called again, so that the rest of the entry can go through replace_options()' view.
+  void pause_at_publication_changes(bool pause) { pause_at_markers_ = pause; }
+  // True once after each marker pushed while pausing is on.
+  bool take_pause() { return std::exchange(pause_pending_, false); }
+  // Goes on with other options from the next change, within the current entry: every table
+  // the entry described is judged again and its Relation sent again before its next change
+  // (pgoutput rebuilds its whole relation cache and resends schemas after an invalidation).
+  void replace_options(ViewOptions options);
 
   const ViewOptions& options() const { return options_; }
 
  private:
   struct RelationState {
-    pgoutput::Relation relation;  // as sent: projected on the column list
+    pgoutput::Relation relation;  // as stored; the column list applies when it is sent
     Lsn lsn;
     std::vector<Change> types;  // Type records stored just before the Relation
     bool allowed = false;
@@ -190,7 +212,8 @@ class ChangeView {
   };
   Result<RelationState*> state_for(pgoutput::Oid oid, Lsn lsn);
   void send_relation(RelationState& state, std::vector<Change>& out);
-  void describe_relation(RelationState& state, pgoutput::Relation relation);
+  // Judges state.relation by the options: allowed, actions, filters, column list, key.
+  void describe_relation(RelationState& state);
   // Applies the row filter of the change's action; false: send nothing. May turn an Update
   // into an Insert or a Delete, as pgoutput_row_filter does.
   Result<bool> apply_row_filter(RelationState& state, ChangeMessage& message);
@@ -201,6 +224,9 @@ class ChangeView {
   std::unordered_map<pgoutput::Oid, RelationState> relations_;
   std::vector<Change> pending_types_;
   bool sent_any_ = false;
+  bool publications_changed_ = false;
+  bool pause_at_markers_ = false;
+  bool pause_pending_ = false;
 };
 
 // Reads one entry from a Cursor through a view: the changes to send, one at a time.
@@ -212,6 +238,9 @@ class ViewReader {
   Result<std::optional<Change>> next();
   // After next() returned nullopt: whether the entry is sent (ChangeView::finish()).
   bool send_entry() const { return send_entry_; }
+  // After next() returned nullopt: the view paused at a publications-changed marker, and the
+  // entry goes on at the next call.
+  bool paused() const { return paused_; }
 
  private:
   ChangeView& view_;
@@ -220,6 +249,7 @@ class ViewReader {
   std::size_t queue_pos_ = 0;
   bool done_ = false;
   bool send_entry_ = false;
+  bool paused_ = false;
 };
 
 // The view of a whole in-memory transaction; nullopt when the view skips it.

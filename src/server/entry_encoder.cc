@@ -45,6 +45,7 @@ Result<std::optional<EncodedMessage>> EntryEncoder::next() {
     }
     return std::optional<EncodedMessage>(std::move(m));
   }
+  if (reader_.paused()) return std::optional<EncodedMessage>();
   done_ = true;
   if (transactional_ && reader_.send_entry()) {
     queue_.push_back(

@@ -27,6 +27,7 @@ struct EncodedMessage {
 struct EncodedEntry {
   std::vector<EncodedMessage> messages;
   std::size_t bytes = 0;
+  bool publications_changed = false;  // the entry carried capture's marker (see change_view.h)
 };
 
 // Yields an entry's messages in order: Begin (and Origin) before the first change the view
@@ -37,7 +38,11 @@ class EntryEncoder {
  public:
   // The caller has called view.start(meta) and the cursor has just returned `meta`.
   EntryEncoder(log::ChangeView& view, log::Cursor& cursor, const log::EntryMeta& meta);
+  // The next message; nullopt at the end of the entry, or when paused().
   Result<std::optional<EncodedMessage>> next();
+  // The view paused at a publications-changed marker (ChangeView): the caller may replace its
+  // options, and next() goes on with the entry.
+  bool paused() const { return reader_.paused(); }
 
  private:
   EncodedMessage make(Lsn lsn, pgoutput::Message message) const;

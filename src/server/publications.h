@@ -23,8 +23,8 @@ namespace pgrelay::server {
 // evaluates is refused here (0A000 naming the publication, table and construct, with a hint);
 // publications giving a table different column lists leave the error Postgres raises
 // ("cannot use different column lists for table ...", 0A000) to the table's first change.
-// Publications are read once, at START_REPLICATION: ALTER PUBLICATION, and renaming a column a
-// list or filter names, take effect when the consumer reconnects.
+// Read at START_REPLICATION, and again where capture marks a change of the publications in
+// the log (walsender.h, reload_view): the upstream's publications as they are when read.
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages);
 

@@ -49,6 +49,8 @@ class ReplicationSession {
   upstream::awaitable<Status> relay_sql(const std::string& sql, bool include_ready = true);
   upstream::awaitable<Status> start_replication(const pgoutput::StartReplication& command,
                                                 Bytes& out);
+  // Reads `options`' publications from the upstream: what the walsender sends, and its key.
+  upstream::awaitable<Result<WalsenderView>> load_view(const pgoutput::PgoutputOptions& options);
   upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
                                           Bytes& out);
   upstream::awaitable<Status> drop_slot(const pgoutput::DropReplicationSlot& command, Bytes& out);
@@ -423,6 +425,30 @@ upstream::awaitable<Status> ReplicationSession::drop_slot(
   co_return Status{};
 }
 
+upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
+    const pgoutput::PgoutputOptions& options) {
+  auto conninfo = context_.upstream.conninfo(startup_.database());
+  auto loaded = co_await run_blocking(hub_.blocking(), [&]() -> Result<log::ViewOptions> {
+    auto conn = hub_.side_connections().acquire(conninfo);
+    if (!conn.ok()) return conn.error();
+    return load_publication_view(conn->get(), options.publication_names, options.messages);
+  });
+  if (!loaded.ok()) co_return loaded.error();
+  WalsenderView view;
+  view.options = std::move(*loaded);
+  // Sessions naming the same publications with the same options see the same messages.
+  std::vector<std::string> names = options.publication_names;
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const auto& pub : names) view.key += pub + '\n';
+  view.key += options.messages ? "messages" : "no messages";
+  view.key += options.origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
+  // What the publications said when read (tables, column lists, row filters): sessions that
+  // read them before and after an ALTER PUBLICATION must not share bytes.
+  if (view.options.publications) view.key += '\n' + view.options.publications->key();
+  co_return view;
+}
+
 upstream::awaitable<Status> ReplicationSession::start_replication(
     const pgoutput::StartReplication& command, Bytes& out) {
   if (command.kind == pgoutput::SlotKind::kPhysical) {
@@ -448,12 +474,7 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   }
   PGRELAY_CO_TRY(hub_.slots().acquire(name, pid_));
 
-  auto conninfo = context_.upstream.conninfo(startup_.database());
-  auto view = co_await run_blocking(hub_.blocking(), [&]() -> Result<log::ViewOptions> {
-    auto conn = hub_.side_connections().acquire(conninfo);
-    if (!conn.ok()) return conn.error();
-    return load_publication_view(conn->get(), options->publication_names, options->messages);
-  });
+  auto view = co_await load_view(*options);
   if (!view.ok()) {
     (void)hub_.slots().release(name);
     co_return view.error();
@@ -465,17 +486,7 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.requested_start = command.start;
   params.options = *options;
   params.view = std::move(*view);
-  // Sessions naming the same publications with the same options see the same messages.
-  std::vector<std::string> names = options->publication_names;
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  for (const auto& pub : names) params.view_key += pub + '\n';
-  params.view_key += options->messages ? "messages" : "no messages";
-  params.view_key +=
-      options->origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
-  // What the publications said when read (tables, column lists, row filters): sessions that
-  // read them before and after an ALTER PUBLICATION must not share bytes.
-  if (params.view.publications) params.view_key += '\n' + params.view.publications->key();
+  params.reload_view = [this, options = *options]() { return load_view(options); };
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;

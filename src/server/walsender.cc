@@ -144,20 +144,40 @@ void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t sen
   append_encoded(out, m, send_time);
 }
 
+// The view a session sends through, and its id in the encoded-entry cache.
+struct SessionView {
+  log::ChangeView view;
+  std::uint64_t id = 0;
+};
+
+// Where capture marked a change of the publications: read them again and go on with what they
+// say now, every Relation sent again (as pgoutput does after an invalidation).
+upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
+                                        SessionView& session_view, SessionRelations& relations) {
+  auto reloaded = co_await params.reload_view();
+  if (!reloaded.ok()) co_return reloaded.error();
+  session_view.view.replace_options(std::move(reloaded->options));
+  session_view.id = hub.encoded_cache().view_id(reloaded->key);
+  relations.sent.clear();
+  co_return Status{};
+}
+
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view, else encoded here and offered to the cache. Frames collect in `out`,
 // written whenever it passes kWriteChunk, and `produced` grows by their size; an entry larger
 // than kMaxCachedEntry is streamed without being kept, so a huge transaction never sits in
-// memory whole.
+// memory whole. A publications-changed marker reloads the view where it is (so a cached entry
+// that had one was encoded through the view that followed it, and its reader reloads after it).
 constexpr std::size_t kMaxCachedEntry = 4u << 20;
 
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
-                                       std::uint64_t view_id, log::Cursor& cursor,
-                                       const log::EntryMeta& meta, log::ChangeView& view,
+                                       const WalsenderParams& params, SessionView& session_view,
+                                       log::Cursor& cursor, const log::EntryMeta& meta,
                                        SessionRelations& relations, Bytes& out,
                                        std::size_t& produced) {
   std::int64_t send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
-  if (auto cached = hub.encoded_cache().find(view_id, meta.end_lsn)) {
+  const std::uint64_t entry_view_id = session_view.id;
+  if (auto cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn)) {
     for (const auto& m : cached->messages) {
       std::size_t before = out.size();
       emit(m, relations, send_time, out);
@@ -168,15 +188,23 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
       }
     }
     relations.pending_types.clear();
+    if (cached->publications_changed && params.reload_view) {
+      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+    }
     co_return Status{};
   }
+  log::ChangeView& view = session_view.view;
   view.start(meta);
   EntryEncoder encoder(view, cursor, meta);
   auto built = std::make_shared<EncodedEntry>();
   for (;;) {
     auto next = encoder.next();
     if (!next.ok()) co_return next.error();
-    if (!next->has_value()) break;
+    if (!next->has_value()) {
+      if (!encoder.paused()) break;
+      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+      continue;
+    }
     EncodedMessage& m = **next;
     std::size_t before = out.size();
     emit(m, relations, send_time, out);
@@ -192,7 +220,10 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
   }
   relations.pending_types.clear();
-  if (built) hub.encoded_cache().insert(view_id, meta.end_lsn, std::move(built));
+  if (built) {
+    built->publications_changed = view.publications_changed();
+    hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
+  }
   co_return Status{};
 }
 
@@ -233,7 +264,9 @@ void report_catch_up(CatchUpProgress& progress, const WalsenderParams& params, L
 upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
                                                      ReplicationHub& hub, WalsenderParams params) {
   auto executor = co_await asio::this_coro::executor;
-  const std::uint64_t view_id = hub.encoded_cache().view_id(params.view_key);
+  SessionView session_view{log::ChangeView(params.view.options),
+                           hub.encoded_cache().view_id(params.view.key)};
+  session_view.view.pause_at_publication_changes(params.reload_view != nullptr);
   auto slot = hub.slots().get(params.slot);
   if (!slot) {
     co_return Error::make(sqlstate::kUndefinedObject,
@@ -264,7 +297,6 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   hub.watch(&state->wake);
   asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
 
-  log::ChangeView view(params.view);
   SessionRelations relations;
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
   Clock::time_point last_ping = Clock::time_point::min();
@@ -302,13 +334,13 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended =
-          co_await send_entry(client, hub, view_id, **cursor, m, view, relations, out, produced);
+      auto appended = co_await send_entry(client, hub, params, session_view, **cursor, m, relations,
+                                          out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
         // What the view refuses to send (a publication error Postgres raises while decoding
-        // the change) reaches the consumer, after what was sent before it, as Postgres's
-        // ErrorResponse in COPY mode does.
+        // the change), or a publication gone, reaches the consumer after what was sent before
+        // it, as Postgres's ErrorResponse in COPY mode does.
         append_error(out, appended.error());
         append_ready(out);
         (void)co_await client.write(out);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "base/logger.h"
@@ -12,14 +13,24 @@
 
 namespace pgrelay::server {
 
+// What a consumer is sent: the view of its publications and options, and a key identifying
+// it among sessions (sessions with equal keys share encoded entries).
+struct WalsenderView {
+  log::ViewOptions options;
+  std::string key;
+};
+
 struct WalsenderParams {
   std::string slot;
   Lsn requested_start;
   pgoutput::PgoutputOptions options;
-  log::ViewOptions view;
-  // Identifies `view` among sessions (publications and options): sessions with equal keys
-  // share encoded entries.
-  std::string view_key;
+  WalsenderView view;
+  // Reads the publications again. Called where the log carries capture's publications-changed
+  // marker, even inside a transaction, so what follows is sent as they now say, with every
+  // Relation sent again before its table's next change (pgoutput invalidates its whole relation
+  // cache then). An error (the publication was dropped) ends the stream. Null: the view never
+  // changes.
+  std::function<upstream::awaitable<Result<WalsenderView>>()> reload_view;
   // Postgres's wal_sender_timeout: a consumer silent this long is disconnected; a keepalive
   // asking for a reply goes out at half of it. Zero disables both.
   std::chrono::milliseconds timeout{60000};

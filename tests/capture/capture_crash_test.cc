@@ -53,6 +53,7 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
     test::PgConnection owner(server.conninfo("app", "cap_min"));
     owner.exec(load::kSchema);
     owner.exec(load::kSeed);
+    owner.exec(std::string("CREATE PUBLICATION crash_pub FOR TABLE ") + load::kTables[0]);
   }
   server.exec(load::kSchema, "replica");
   server.exec(load::kSeed, "replica");
@@ -86,6 +87,18 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
     }
     writing = false;
   });
+  // Publication changes throughout: the capture's periodic sync marks each one it sees in the
+  // log (publication_marker.h), in a transaction of its own that a kill must not lose or double.
+  std::atomic<int> publication_changes{0};
+  std::thread publisher([&] {
+    test::PgConnection owner(server.conninfo("app", "cap_min"));
+    for (int i = 0; writing; ++i) {
+      owner.exec(std::string("ALTER PUBLICATION crash_pub SET (publish = '") +
+                 (i % 2 ? "insert, update, delete, truncate" : "insert") + "')");
+      ++publication_changes;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
   std::mt19937 rng(42);
   int kills = 0;
   while (writing) {
@@ -99,6 +112,7 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
     ++kills;
   }
   writers.join();
+  publisher.join();
   ASSERT_EQ(pgbench_error, "");
   EXPECT_GE(kills, 5);
 
@@ -113,6 +127,11 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
   for (const char* t : load::kTables) o.install.tables.push_back({"public", t});
   auto svc = CaptureService::start(o, **log);
   ASSERT_TRUE(svc.ok()) << svc.error().to_string();
+  {
+    auto session = PgSession::connect(conninfo);
+    ASSERT_TRUE(session.ok()) << session.error().to_string();
+    ASSERT_TRUE(sync_tables(**session, "_pgrelay").ok());  // marks the last change, if not yet
+  }
   ASSERT_TRUE((*svc)->sync().ok());
   (*svc)->stop();
   EXPECT_EQ(server.scalar("SELECT count(*) FROM _pgrelay.changes", "app"), "0");
@@ -131,8 +150,22 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
   EXPECT_EQ(logged.size(), committed.size());
   EXPECT_TRUE(logged == committed);
   EXPECT_GT(committed.size(), 200u);
+  // Markers: each once, the last one written upstream among them, for the final publications.
+  std::vector<std::uint32_t> markers = replayed.marker_xids;
+  std::sort(markers.begin(), markers.end());
+  EXPECT_EQ(std::adjacent_find(markers.begin(), markers.end()), markers.end())
+      << "duplicate marker";
+  EXPECT_GE(markers.size(), 3u) << publication_changes << " publication changes";
+  const auto last_marker = static_cast<std::uint32_t>(
+      std::stoul(server.scalar("SELECT xmin::text FROM _pgrelay.publication_state", "app")));
+  EXPECT_TRUE(std::binary_search(markers.begin(), markers.end(), last_marker));
+  EXPECT_EQ(server.scalar("SELECT fingerprint = _pgrelay.publications_fingerprint() FROM "
+                          "_pgrelay.publication_state",
+                          "app"),
+            "t");
   std::cerr << kills << " kills; " << replayed.transactions << " transactions, " << replayed.changes
-            << " changes\n";
+            << " changes, " << markers.size() << " publication markers for " << publication_changes
+            << " publication changes\n";
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

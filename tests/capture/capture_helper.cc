@@ -2,6 +2,7 @@
 // Usage: capture_helper CONNINFO LOG_DIR SPILL_DIR TABLE...
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   o.poller.conninfo = argv[1];
   o.poller.spill_dir = argv[3];
   for (int i = 4; i < argc; ++i) o.install.tables.push_back({"public", argv[i]});
+  // Often enough that the periodic sync's publication markers meet the kills.
+  o.detect_interval = std::chrono::milliseconds(100);
   auto svc = capture::CaptureService::start(o, **log);
   if (!svc.ok()) {
     std::fprintf(stderr, "capture: %s\n", svc.error().to_string().c_str());

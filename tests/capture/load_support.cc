@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "log/change_view.h"
 #include "log/transaction.h"
 
 namespace pgrelay::capture::load {
@@ -142,6 +143,13 @@ Replayed replay(log::ChangeLog& log, test::PgConnection& replica) {
     auto t = log::read_transaction(**cursor, **e);
     if (!t.ok()) throw test::PgError("read_transaction: " + t.error().to_string());
     if (t->kind != log::EntryKind::kTransaction) continue;
+    if (!t->changes.empty() && std::all_of(t->changes.begin(), t->changes.end(), [](const auto& c) {
+          auto* m = std::get_if<pgoutput::LogicalMessage>(&c.message);
+          return m != nullptr && m->prefix == log::kPublicationsChangedPrefix;
+        })) {
+      out.marker_xids.push_back(t->header.xid);
+      continue;
+    }
     ++out.transactions;
     out.xids.push_back(t->header.xid);
     batch += "BEGIN;\n";

@@ -25,6 +25,8 @@ struct Replayed {
   std::size_t changes = 0;
   std::size_t unchanged_values = 0;  // 'u' values kept from the replica's row
   std::vector<std::uint32_t> xids;   // of every transaction, in log order
+  // Of the transactions holding only a publications-changed marker (not replayed, not in xids).
+  std::vector<std::uint32_t> marker_xids;
 };
 
 // Applies every transaction of the log to `replica` (changes by replica identity key).

@@ -11,6 +11,7 @@
 #include "capture/trigger/installer.h"
 #include "capture/trigger/poller.h"
 #include "log/change_log.h"
+#include "log/change_view.h"
 #include "log/transaction.h"
 #include "pg_server.h"
 
@@ -553,8 +554,9 @@ TEST_F(TriggerCaptureTest, PreparedTransactionsAppearWhenCommittedAndNeverWhenRo
   PgConnection a(server_->conninfo());
   // Prepared before a poll, committed after it: not in the first poll, once in a later one.
   a.exec("BEGIN; INSERT INTO pt VALUES (1, 'prepared'); PREPARE TRANSACTION 'pgrelay_2pc_a'");
-  a.exec("BEGIN; INSERT INTO pt VALUES (2, 'prepared, rolled back'); "
-         "PREPARE TRANSACTION 'pgrelay_2pc_b'");
+  a.exec(
+      "BEGIN; INSERT INTO pt VALUES (2, 'prepared, rolled back'); "
+      "PREPARE TRANSACTION 'pgrelay_2pc_b'");
   a.exec("INSERT INTO pt VALUES (3, 'plain')");
   EXPECT_EQ(poll().transactions, 1u);
   a.exec("COMMIT PREPARED 'pgrelay_2pc_a'");
@@ -619,6 +621,65 @@ TEST_F(TriggerCaptureTest, NonSuperuserOwnerInstallsAndCaptures) {
                             "'cap_schema'::regnamespace"),
             "0");
   EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal"), "0");
+}
+
+// Where the publications changed, the log holds one marker message for walsenders
+// (log::kPublicationsChangedPrefix): in the DDL's own transaction through the event trigger,
+// else at the next periodic sync.
+TEST_F(TriggerCaptureTest, PublicationChangesAreMarkedOnceWhereTheyHappen) {
+  create_table("pm1", "(id int PRIMARY KEY, v text)");
+  create_table("pm2", "(id int PRIMARY KEY)");
+  server_->exec("CREATE PUBLICATION pm_pub FOR TABLE pm1");
+  InstallOptions o;
+  o.all_publications = true;
+  auto installed = install(*session_, o);
+  ASSERT_TRUE(installed.ok()) << installed.error().to_string();
+  ASSERT_TRUE(installed->event_trigger);
+  start_poller();
+  auto markers = [&] {
+    std::vector<std::pair<std::uint32_t, std::size_t>> out;  // (xid, changes in its transaction)
+    for (const auto& t : read_log()) {
+      for (const auto& c : t.changes) {
+        auto* m = std::get_if<pgoutput::LogicalMessage>(&c.message);
+        if (m != nullptr && m->prefix == log::kPublicationsChangedPrefix) {
+          EXPECT_TRUE(m->transactional);
+          out.emplace_back(t.header.xid, data_changes(t).size());
+        }
+      }
+    }
+    return out;
+  };
+
+  // Installing marks nothing: consumers read publications when they start.
+  poll();
+  EXPECT_TRUE(markers().empty());
+  // DDL that leaves publications alone marks nothing.
+  server_->exec("CREATE TABLE pm_other (id int); DROP TABLE pm_other; ALTER TABLE pm1 ADD c int");
+  poll();
+  EXPECT_TRUE(markers().empty());
+  // The change's own transaction carries the marker, with the rows written after it.
+  server_->exec(
+      "BEGIN; ALTER PUBLICATION pm_pub ADD TABLE pm2; INSERT INTO pm2 VALUES (1); COMMIT");
+  poll();
+  auto found = markers();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].second, 2u);  // the insert and the marker
+  // A rename of a published table changes what matches by name: marked too.
+  server_->exec("ALTER TABLE pm2 RENAME TO pm2r");
+  tables_.back() = "pm2r";
+  poll();
+  EXPECT_EQ(markers().size(), 2u);
+
+  // Without an event trigger (a non-superuser's install), the periodic sync marks it, once.
+  server_->exec("DROP EVENT TRIGGER _pgrelay_ddl");
+  server_->exec("ALTER PUBLICATION pm_pub SET (publish = 'insert')");
+  poll();
+  EXPECT_EQ(markers().size(), 2u);
+  ASSERT_TRUE(sync_tables(*session_, "_pgrelay").ok());
+  ASSERT_TRUE(sync_tables(*session_, "_pgrelay").ok());
+  poll();
+  EXPECT_EQ(markers().size(), 3u);
+  server_->exec("DROP PUBLICATION pm_pub");
 }
 
 TEST_F(TriggerCaptureTest, RestartAfterCrashBetweenAppendAndDeleteHasNoDuplicates) {

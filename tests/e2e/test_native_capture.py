@@ -422,9 +422,9 @@ def body(env):
         print("    snapshot: %d rows copied, %d transactions streamed, %d rows at the end"
               % (len(copied), len(c.session.transactions), len(final)), flush=True)
 
-    # pgrelay's walsender reads publications at START_REPLICATION (server/publications.h), so
-    # these consumers start after the DDL; the slot exists before it, so the rows written right
-    # after the DDL must be in the log, captured through pgrelay's mirrored publications.
+    # The consumer starts after the DDL (publication_filter_test follows ALTER PUBLICATION in a
+    # running stream); the slot exists before it, so the rows written right after the DDL must
+    # be in the log, captured through pgrelay's mirrored publications.
     def late_tables():
         create_slot(relay, "late_slot")
 

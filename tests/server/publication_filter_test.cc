@@ -4,10 +4,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "capture/native/native_capture.h"
 #include "capture/trigger/installer.h"
 #include "capture/trigger/pg_session.h"
 #include "capture/trigger/poller.h"
@@ -111,6 +114,7 @@ const char* const kWorkload[] = {
 pgoutput::Message without_lsns(pgoutput::Message m) {
   if (auto* b = std::get_if<pgoutput::Begin>(&m)) b->final_lsn = Lsn();
   if (auto* c = std::get_if<pgoutput::Commit>(&m)) c->commit_lsn = c->end_lsn = Lsn();
+  if (auto* l = std::get_if<pgoutput::LogicalMessage>(&m)) l->lsn = Lsn();
   return m;
 }
 
@@ -136,53 +140,81 @@ struct Streamed {
   bool ended = false;  // the server ended the COPY (or the connection)
 };
 
+// Reads a pgrelay stream with libpq, decoding its messages (LSNs dropped) into `result`.
+class StreamReader {
+ public:
+  explicit StreamReader(PGconn* conn) : conn_(conn), decoder_(pgoutput::DecoderOptions{1, false}) {}
+
+  // Reads until a message satisfies `done` (true), the stream ends or `timeout` passes (false).
+  bool read_until(const std::function<bool(const pgoutput::Message&)>& done,
+                  std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!result.ended && std::chrono::steady_clock::now() < deadline) {
+      char* buffer = nullptr;
+      int n = PQgetCopyData(conn_, &buffer, 1);
+      if (n == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        PQconsumeInput(conn_);
+        continue;
+      }
+      if (n < 0) {
+        end();
+        break;
+      }
+      ByteView payload(reinterpret_cast<const std::uint8_t*>(buffer), static_cast<std::size_t>(n));
+      auto frame = wire::parse_from_server(payload);
+      bool matched = false;
+      if (frame.ok()) {
+        if (auto* x = std::get_if<wire::XLogData>(&*frame)) {
+          auto message = decoder_.decode(x->data);
+          EXPECT_TRUE(message.ok()) << message.error().message;
+          if (message.ok()) {
+            matched = done(*message);
+            result.messages.push_back(without_lsns(std::move(*message)));
+          }
+        }
+      }
+      PQfreemem(buffer);
+      if (matched) return true;
+    }
+    return false;
+  }
+
+  Streamed result;
+
+ private:
+  void end() {
+    result.ended = true;
+    while (PGresult* res = PQgetResult(conn_)) {
+      if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        const char* msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+        result.sqlstate = state ? state : "";
+        result.error = msg ? msg : "";
+      }
+      PQclear(res);
+    }
+  }
+
+  PGconn* conn_;
+  pgoutput::Decoder decoder_;
+};
+
 // Streams from pgrelay until `commits` Commits arrived (then a little longer, to catch extra
 // messages), an error ends the stream, or the timeout passes.
 Streamed stream_from(PGconn* conn, std::size_t commits,
                      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  Streamed out;
-  pgoutput::Decoder decoder(pgoutput::DecoderOptions{1, false});
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  StreamReader reader(conn);
   std::size_t seen = 0;
-  std::optional<std::chrono::steady_clock::time_point> grace;
-  while (std::chrono::steady_clock::now() < (grace ? *grace : deadline)) {
-    char* buffer = nullptr;
-    int n = PQgetCopyData(conn, &buffer, 1);
-    if (n == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      PQconsumeInput(conn);
-      continue;
-    }
-    if (n < 0) {
-      out.ended = true;
-      while (PGresult* res = PQgetResult(conn)) {
-        if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
-          const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-          const char* msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-          out.sqlstate = state ? state : "";
-          out.error = msg ? msg : "";
-        }
-        PQclear(res);
-      }
-      break;
-    }
-    ByteView payload(reinterpret_cast<const std::uint8_t*>(buffer), static_cast<std::size_t>(n));
-    auto frame = wire::parse_from_server(payload);
-    if (frame.ok()) {
-      if (auto* x = std::get_if<wire::XLogData>(&*frame)) {
-        auto message = decoder.decode(x->data);
-        EXPECT_TRUE(message.ok()) << message.error().message;
-        if (message.ok()) {
-          if (std::holds_alternative<pgoutput::Commit>(*message) && ++seen == commits) {
-            grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-          }
-          out.messages.push_back(without_lsns(std::move(*message)));
-        }
-      }
-    }
-    PQfreemem(buffer);
+  if (reader.read_until(
+          [&](const pgoutput::Message& m) {
+            return std::holds_alternative<pgoutput::Commit>(m) && ++seen == commits;
+          },
+          timeout)) {
+    reader.read_until([](const pgoutput::Message&) { return false; },
+                      std::chrono::milliseconds(500));
   }
-  return out;
+  return std::move(reader.result);
 }
 
 // Postgres re-sends a table's Relation after any DDL on it (relcache invalidation) even when it
@@ -408,6 +440,169 @@ TEST_F(PublicationFilterTest, UnsupportedRowFilterIsRefusedAtStart) {
   PQclear(res);
   PQfinish(conn);
 }
+
+// ALTER PUBLICATION while a consumer streams: pgrelay's walsender follows each change from the
+// position where it committed, as a native slot's does, with either capture. The consumer keeps
+// up step by step (pgrelay reads publications as they are when it meets the change, a native
+// slot as they were then: the two agree for a consumer that is not behind).
+class PublicationChangeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PublicationChangeTest, StreamingConsumerFollowsAlterPublicationAsANativeSlotDoes) {
+  const bool native_capture = GetParam() == "native";
+  PgServerOptions options;
+  options.settings["track_commit_timestamp"] = "on";
+  PgServer pg(options);
+  RelayHarness relay(pg, RelayOptions{false, true});
+  pg.exec(
+      "CREATE TABLE t1 (id int PRIMARY KEY, a text, b int);"
+      "CREATE TABLE t2 (id int PRIMARY KEY, a text, b int);"
+      "CREATE TABLE t3 (id int PRIMARY KEY, v text);"
+      "CREATE PUBLICATION pub_live FOR TABLE t1;"
+      "CREATE PUBLICATION pub_other FOR TABLE t2, t3;");
+
+  std::unique_ptr<capture::TriggerPoller> poller;
+  std::unique_ptr<capture::NativeCapture> native;
+  char tmpl[] = "/tmp/pgrelay-pubchange-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  if (native_capture) {
+    capture::NativeCaptureOptions capture_options;
+    capture_options.conninfo = pg.conninfo();
+    capture_options.slot = "pgrelay_capture_test";
+    capture_options.spill_dir = std::string(tmpl) + "/spill";
+    auto started = capture::NativeCapture::start(capture_options, relay.log());
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    ASSERT_TRUE((*started)->setup_report().event_trigger);
+    native = std::move(*started);
+  } else {
+    auto session = capture::PgSession::connect(pg.conninfo());
+    ASSERT_TRUE(session.ok()) << session.error().to_string();
+    capture::InstallOptions install_options;
+    install_options.all_publications = true;
+    auto installed = capture::install(**session, install_options);
+    ASSERT_TRUE(installed.ok()) << installed.error().to_string();
+    ASSERT_TRUE(installed->event_trigger);
+    capture::PollerOptions poller_options;
+    poller_options.conninfo = pg.conninfo();
+    poller_options.spill_dir = std::string(tmpl) + "/spill";
+    auto opened = capture::TriggerPoller::open(poller_options, relay.log());
+    ASSERT_TRUE(opened.ok()) << opened.error().to_string();
+    poller = std::move(*opened);
+  }
+  auto capture_now = [&] {
+    if (native) {
+      auto synced = native->sync();
+      ASSERT_TRUE(synced.ok()) << synced.error().to_string();
+    } else {
+      auto polled = poller->poll();
+      ASSERT_TRUE(polled.ok()) << polled.error().to_string();
+    }
+    relay.hub().changed();
+  };
+
+  const std::vector<std::pair<std::string, std::string>> stream_options = {
+      {"proto_version", "1"}, {"publication_names", "pub_live"}, {"messages", "true"}};
+  ReplicationRecorder recorder(pg, "postgres", "nat_live");
+  recorder.start("live", stream_options);
+  PGconn* conn = PQconnectdb(relay.conninfo("replication=database").c_str());
+  ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+  PGresult* res =
+      PQexec(conn, "CREATE_REPLICATION_SLOT \"relay_live\" LOGICAL pgoutput NOEXPORT_SNAPSHOT");
+  ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+  PQclear(res);
+  res = PQexec(conn,
+               "START_REPLICATION SLOT \"relay_live\" LOGICAL 0/0 (proto_version '1', "
+               "publication_names 'pub_live', messages 'true')");
+  ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+  PQclear(res);
+  StreamReader reader(conn);
+
+  const std::vector<std::vector<std::string>> steps = {
+      {"INSERT INTO t1 VALUES (1, 'a', 1)", "INSERT INTO t2 VALUES (1, 'a', 1)"},
+      // A table added: its rows from then on, its Relation first.
+      {"ALTER PUBLICATION pub_live ADD TABLE t2", "INSERT INTO t2 VALUES (2, 'b', 2)",
+       "UPDATE t1 SET b = 2"},
+      // Actions narrowed: no more updates or deletes.
+      {"ALTER PUBLICATION pub_live SET (publish = 'insert')", "UPDATE t1 SET b = 3",
+       "INSERT INTO t1 VALUES (3, 'c', 3)", "DELETE FROM t2 WHERE id = 1"},
+      // A table dropped from the publication.
+      {"ALTER PUBLICATION pub_live SET (publish = 'insert, update, delete, truncate')",
+       "ALTER PUBLICATION pub_live DROP TABLE t1", "INSERT INTO t1 VALUES (4, 'd', 4)",
+       "UPDATE t2 SET b = 5"},
+      // A column list and a row filter set on a published table.
+      {"ALTER PUBLICATION pub_live SET TABLE t2 (id, a) WHERE (id > 10)",
+       "INSERT INTO t2 VALUES (5, 'e', 5), (15, 'f', 15)", "UPDATE t2 SET a = 'g'"},
+      // Another table added, then renamed: still published under its new name.
+      {"ALTER PUBLICATION pub_live ADD TABLE t3", "INSERT INTO t3 VALUES (1, 'x')",
+       "ALTER TABLE t3 RENAME TO t3r", "INSERT INTO t3r VALUES (2, 'y')"},
+      // Within one transaction: the changes after the ALTER follow it, those before do not.
+      // (One ALTER: a second one would be read already at the first, see the README.)
+      {"BEGIN; INSERT INTO t1 VALUES (6, 'h', 6); UPDATE t3r SET v = 'z';"
+       " ALTER PUBLICATION pub_live ADD TABLE t1 (id, b); INSERT INTO t1 VALUES (7, 'i', 7);"
+       " UPDATE t1 SET a = 'j'; UPDATE t3r SET v = 'w'; COMMIT"},
+  };
+  PgConnection writer(pg.conninfo());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    for (const auto& sql : steps[i]) writer.exec(sql);
+    // The step's end, a message both streams carry: the upstream's own, and (trigger capture
+    // does not see those) the same through the capture's emit_message.
+    const std::string step = std::to_string(i);
+    writer.exec("SELECT pg_logical_emit_message(true, 'step', '" + step + "')" +
+                (native_capture ? "" : ", _pgrelay.emit_message(true, 'step', '" + step + "')"));
+    capture_now();
+    bool step_seen = false;  // then its Commit ends the step
+    ASSERT_TRUE(reader.read_until(
+        [&](const pgoutput::Message& m) {
+          auto* l = std::get_if<pgoutput::LogicalMessage>(&m);
+          if (l != nullptr && l->prefix == "step" && l->content == step) step_seen = true;
+          return step_seen && std::holds_alternative<pgoutput::Commit>(m);
+        },
+        std::chrono::seconds(20)))
+        << reader.result.sqlstate << " " << reader.result.error;
+  }
+  PQfinish(conn);
+  pg.exec(ReplicationRecorder::end_marker_sql("live"));
+  // pgrelay's own messages (its publication marker, native capture's barriers) are in the
+  // upstream's WAL too; a consumer of the upstream sees them, pgrelay's consumers do not.
+  // A transaction left with nothing is one pgoutput skips.
+  std::vector<pgoutput::Message> native_messages;
+  for (auto& m : decode_native(recorder.finish("live"))) {
+    auto* l = std::get_if<pgoutput::LogicalMessage>(&m);
+    if (l != nullptr && l->prefix.starts_with("pgrelay.")) continue;
+    if (std::holds_alternative<pgoutput::Commit>(m) && !native_messages.empty() &&
+        std::holds_alternative<pgoutput::Begin>(native_messages.back())) {
+      native_messages.pop_back();
+      continue;
+    }
+    native_messages.push_back(std::move(m));
+  }
+  const auto want = without_repeated_relations(std::move(native_messages));
+  const auto got = without_repeated_relations(reader.result.messages);
+
+  // The workload did what it is meant to: t2 and the renamed t3 came in, t1 went out.
+  std::set<std::string> tables;
+  for (const auto& m : want) {
+    if (auto* r = std::get_if<pgoutput::Relation>(&m)) tables.insert(r->name);
+  }
+  EXPECT_EQ(tables, (std::set<std::string>{"t1", "t2", "t3", "t3r"}));
+  const std::size_t n = std::max(want.size(), got.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= want.size()) {
+      ADD_FAILURE() << "extra from pgrelay: " << pgoutput::describe(got[i]);
+    } else if (i >= got.size()) {
+      ADD_FAILURE() << "missing from pgrelay: " << pgoutput::describe(want[i]);
+    } else {
+      EXPECT_EQ(got[i], want[i]) << "message " << i << "\n pgrelay: " << pgoutput::describe(got[i])
+                                 << "\n native:  " << pgoutput::describe(want[i]);
+    }
+  }
+  if (native) native->stop();
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capture, PublicationChangeTest, ::testing::Values("trigger", "native"),
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace pgrelay::test

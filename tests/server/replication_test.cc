@@ -93,6 +93,11 @@ class ReplicationTest : public ::testing::Test {
     EXPECT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
     return conn;
   }
+  // Logs hold the upstream's OIDs (both captures record them), so the appended data does too.
+  static pgoutput::Oid oid_of(const std::string& table) {
+    return static_cast<pgoutput::Oid>(
+        std::stoul(pg_->scalar("SELECT '" + table + "'::regclass::oid::int8")));
+  }
   static PgServer* pg_;
   static RelayHarness* relay_;
 };
@@ -186,9 +191,9 @@ TEST_F(ReplicationTest, SlotWithExportedSnapshotAndStreaming) {
   EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42710");
   PQclear(res);
 
-  Lsn first = append_insert(relay_->log(), 16384, "t1", 1, 700);
-  append_insert(relay_->log(), 16385, "t2", 2, 701);  // not in pub1
-  Lsn third = append_insert(relay_->log(), 16384, "t1", 3, 702);
+  Lsn first = append_insert(relay_->log(), oid_of("t1"), "t1", 1, 700);
+  append_insert(relay_->log(), oid_of("t2"), "t2", 2, 701);  // not in pub1
+  Lsn third = append_insert(relay_->log(), oid_of("t1"), "t1", 3, 702);
 
   res = PQexec(conn,
                "START_REPLICATION SLOT \"s_stream\" LOGICAL 0/0 (proto_version '1', "
@@ -264,7 +269,7 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
     ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
     PQclear(res);
   }
-  for (int i = 0; i < 5; ++i) append_insert(relay_->log(), 16384, "t1", 100 + i, 800 + i);
+  for (int i = 0; i < 5; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 100 + i, 800 + i);
   std::size_t hits_before = relay_->hub().encoded_cache().hits();
   std::vector<Received> got;
   for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
@@ -368,7 +373,7 @@ TEST_F(ReplicationTest, CatchUpProgressIsLogged) {
   PQclear(res);
   // About 1.5 MB of pgoutput: several of the walsender's write chunks.
   constexpr int kTransactions = 3000;
-  Lsn head = append_inserts(relay_->log(), 16384, "t1", 20000, 20000, kTransactions, 300);
+  Lsn head = append_inserts(relay_->log(), oid_of("t1"), "t1", 20000, 20000, kTransactions, 300);
   // Set while nothing streams; the walsender reads both when it starts.
   relay_->context().logger = &logger;
   relay_->context().settings.catch_up_report_interval = std::chrono::milliseconds(0);

@@ -301,6 +301,39 @@ TEST(ChangeView, MessageEntriesFollowTheMessageOperation) {
   EXPECT_FALSE(*dropped);
 }
 
+TEST(ChangeView, PublicationsChangedMarkerIsReportedAndNeverSent) {
+  const pgoutput::LogicalMessage marker{std::nullopt, true, Lsn(2),
+                                        std::string(kPublicationsChangedPrefix), ""};
+  Transaction in = txn({users(), user_insert("1"), marker}, 4);
+  ViewOptions o;  // every operation, messages included
+  ChangeView view(o);
+  view.start(entry_meta(in.kind, in.header, static_cast<std::uint32_t>(in.changes.size())));
+  std::vector<Change> out;
+  for (const Change& c : in.changes) ASSERT_TRUE(view.push(c, out).ok());
+  EXPECT_TRUE(view.finish());
+  EXPECT_TRUE(view.publications_changed());
+  EXPECT_EQ(kinds(Transaction{in.kind, in.header, out}), (Kinds{"RELATION", "INSERT"}));
+
+  // The next entry starts unmarked; a transaction holding only the marker is skipped.
+  Transaction only = txn({marker}, 5);
+  view.start(entry_meta(only.kind, only.header, 1));
+  EXPECT_FALSE(view.publications_changed());
+  out.clear();
+  ASSERT_TRUE(view.push(only.changes[0], out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_FALSE(view.finish());
+  EXPECT_TRUE(view.publications_changed());
+
+  // Another prefix is an ordinary message.
+  Transaction other =
+      txn({pgoutput::LogicalMessage{std::nullopt, true, Lsn(2), "pgrelay.publications", ""}}, 6);
+  view.start(entry_meta(other.kind, other.header, 1));
+  out.clear();
+  ASSERT_TRUE(view.push(other.changes[0], out).ok());
+  EXPECT_EQ(out.size(), 1u);
+  EXPECT_FALSE(view.publications_changed());
+}
+
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
   ViewOptions o;
   for (ChangeMessage m :
@@ -450,6 +483,54 @@ TEST(ViewReader, ReadsFilteredEntriesFromACursor) {
   EXPECT_EQ(sent, (std::vector<std::pair<std::uint32_t, Kinds>>{{1, {"RELATION", "INSERT"}},
                                                                 {3, {"RELATION", "DELETE"}}}));
   EXPECT_EQ(skipped, std::vector<std::uint32_t>{2});
+}
+
+TEST(ViewReader, PausesAtPublicationMarkersAndGoesOnWithReplacedOptions) {
+  testing::TempDir tmp;
+  LogOptions lo;
+  lo.dir = tmp.path();
+  lo.sync = SyncPolicy::kNone;
+  auto log = ChangeLog::open(lo);
+  ASSERT_TRUE(log.ok()) << log.error().to_string();
+  const pgoutput::LogicalMessage marker{std::nullopt, true, Lsn(3),
+                                        std::string(kPublicationsChangedPrefix), ""};
+  auto e = encode_transaction(txn({users(), orders(), user_insert("1"), order_insert("2"), marker,
+                                   user_insert("3"), order_insert("4")},
+                                  1));
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  PendingEntry p = e->pending();
+  ASSERT_TRUE((*log)->append(std::span<const PendingEntry>(&p, 1)).ok());
+
+  ViewOptions only_orders;
+  only_orders.tables.emplace();
+  only_orders.tables->add_table("Shop", "Order.s");
+  ViewOptions both = only_orders;
+  both.tables->add_table("public", "users");
+  ChangeView view(only_orders);
+  view.pause_at_publication_changes(true);
+  auto cursor = (*log)->open_cursor(Lsn(0));
+  ASSERT_TRUE(cursor.ok());
+  auto meta = (*cursor)->next_entry();
+  ASSERT_TRUE(meta.ok() && meta->has_value());
+  ViewReader reader(view, **cursor, **meta);
+  auto read_all = [&] {
+    Transaction got;
+    while (true) {
+      auto c = reader.next();
+      EXPECT_TRUE(c.ok()) << c.error().to_string();
+      if (!c.ok() || !*c) break;
+      got.changes.push_back(std::move(**c));
+    }
+    return kinds(got);
+  };
+  // Up to the marker through the first options; the Relation sent already is sent again.
+  EXPECT_EQ(read_all(), (Kinds{"RELATION", "INSERT"}));
+  EXPECT_TRUE(reader.paused());
+  EXPECT_TRUE(view.publications_changed());
+  view.replace_options(both);
+  EXPECT_EQ(read_all(), (Kinds{"RELATION", "INSERT", "RELATION", "INSERT"}));
+  EXPECT_FALSE(reader.paused());
+  EXPECT_TRUE(reader.send_entry());
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <string_view>
 
+#include "capture/publication_marker.h"
+
 namespace pgrelay::capture {
 namespace {
 
@@ -90,6 +92,12 @@ BEGIN
       RAISE WARNING 'pgrelay: could not update the capture publications: %', SQLERRM;
     END;
   END IF;
+  -- Any DDL may change what publications say (a rename changes a published name).
+  BEGIN
+    PERFORM @S.note_publications(true);
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgrelay could not mark a change of publications: %', SQLERRM;
+  END;
 END
 $fn$;
 )sql";
@@ -181,6 +189,12 @@ Result<NativeSetupReport> install_native_capture(PgSession& s, const NativeSetup
     return rollback(st.error());
   }
   if (auto st = s.run(sql); !st.ok()) return rollback(st.error());
+  if (auto st = install_publication_marker(
+          s, options.schema,
+          {capture_publication(options.schema), keyless_capture_publication(options.schema)});
+      !st.ok()) {
+    return rollback(st.error());
+  }
   auto existing =
       s.exec("SELECT pubname FROM pg_catalog.pg_publication WHERE pubname IN ($1, $2)",
              {capture_publication(options.schema), keyless_capture_publication(options.schema)});
@@ -239,7 +253,8 @@ Result<NativeSetupReport> install_native_capture(PgSession& s, const NativeSetup
 Result<int> mirror_publications(PgSession& s, const std::string& schema) {
   auto quoted = s.ident(schema);
   if (!quoted.ok()) return quoted.error();
-  auto changed = s.exec("SELECT " + *quoted + ".native_mirror()");
+  auto changed = s.exec("SELECT " + *quoted + ".native_mirror(), " +
+                        note_publications_call(*quoted, /*wait=*/false));
   if (!changed.ok()) return changed.error();
   return std::stoi(std::string(changed->value(0, 0)));
 }
@@ -259,10 +274,11 @@ Result<std::vector<std::string>> uninstall_native_capture(PgSession& s, const st
   PGRELAY_TRY(s.run("DROP EVENT TRIGGER IF EXISTS " + *name + "; DROP PUBLICATION IF EXISTS " +
                     q->keyed + ", " + q->keyless + "; DROP FUNCTION IF EXISTS " + q->schema +
                     ".native_on_ddl(), " + q->schema + ".native_mirror()"));
-  // emit_message has the same signatures in trigger capture, which owns it when installed.
+  // emit_message and the publication marker are trigger capture's too when it is installed.
   auto trigger = s.exec("SELECT to_regclass(quote_ident($1) || '.changes') IS NOT NULL", {schema});
   if (!trigger.ok()) return trigger.error();
   if (trigger->value(0, 0) != "t") {
+    PGRELAY_TRY(uninstall_publication_marker(s, schema));
     PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + q->schema +
                       ".emit_message(boolean, text, bytea), " + q->schema +
                       ".emit_message(boolean, text, text)"));

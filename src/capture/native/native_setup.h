@@ -44,7 +44,8 @@ Status check_native_capture_possible(PgSession& session, const std::string& sche
 Result<NativeSetupReport> install_native_capture(PgSession& session,
                                                  const NativeSetupOptions& options);
 
-// Brings the publications' tables up to date; returns how many tables it added or removed.
+// Brings the publications' tables up to date and marks a change of the other publications
+// (publication_marker.h); returns how many tables it added or removed.
 Result<int> mirror_publications(PgSession& session, const std::string& schema);
 
 // Whether install_native_capture ran on this schema (its publications exist).

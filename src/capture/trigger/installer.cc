@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "capture/publication_marker.h"
+
 namespace pgrelay::capture {
 namespace {
 
@@ -339,6 +341,13 @@ BEGIN
       RAISE WARNING 'pgrelay trigger capture could not follow this DDL: %', SQLERRM;
     END;
   END IF;
+  -- Any DDL may change what publications say (ALTER PUBLICATION ... DROP TABLE lists no
+  -- command above; a rename changes a published name).
+  BEGIN
+    PERFORM @S.note_publications(true);
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgrelay could not mark a change of publications: %', SQLERRM;
+  END;
 END
 $fn$;
 )sql";
@@ -725,6 +734,7 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     "FROM " +
                     n.wakeup + ")"));
   PGRELAY_TRY(s.run(functions_sql(n)));
+  PGRELAY_TRY(install_publication_marker(s, options.schema, {}));
   for (std::string_view f : kPrivateFunctions) {
     PGRELAY_TRY(
         s.run("REVOKE ALL ON FUNCTION " + n.schema + "." + std::string(f) + " FROM PUBLIC"));
@@ -783,7 +793,8 @@ Result<int> sync_tables(PgSession& session, const std::string& schema) {
   PGRELAY_TRY(
       session.run("SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', "
                   "'on', true)"));
-  auto r = session.exec("SELECT " + names->schema + ".sync(false)");
+  auto r = session.exec("SELECT " + names->schema + ".sync(false), " +
+                        note_publications_call(names->schema, /*wait=*/false));
   if (!r.ok()) return r.error();
   const int n = static_cast<int>(to_u32(r->value(0, 0)));
   PGRELAY_TRY(txn.commit());
@@ -821,6 +832,7 @@ Status uninstall(PgSession& session, const std::string& schema) {
     for (int i = 0; i < fns->rows(); ++i) {
       PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + std::string(fns->value(i, 0))));
     }
+    PGRELAY_TRY(uninstall_publication_marker(s, schema));
     PGRELAY_TRY(s.run("DROP TABLE IF EXISTS " + n.changes + ", " + n.captured + ", " + n.layouts +
                       ", " + n.sources + ", " + n.wakeup + ", " + n.meta));
   }

@@ -1,0 +1,107 @@
+// Marks changes of the upstream's publications in the captured stream, where walsenders re-read
+// them.
+#include "capture/publication_marker.h"
+
+#include "log/change_view.h"
+
+namespace pgrelay::capture {
+namespace {
+
+// The fingerprint covers what a walsender reads from publications: their actions, tables (by
+// name too: a rename changes which Relations match), row filters, column lists (by name) and
+// schemas.
+std::string fingerprint_function(const std::string& schema, const std::string& own) {
+  return "CREATE OR REPLACE FUNCTION " + schema +
+         R"sql(.publications_fingerprint() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT md5(coalesce(string_agg(f.x, E'\n' ORDER BY f.x), '')) FROM (
+    SELECT format('p|%s|%s|%s|%s|%s|%s|%s|%s', p.oid, p.pubname, p.puballtables, p.pubinsert,
+                  p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot)
+    FROM pg_publication p WHERE p.pubname::text <> ALL ()sql" +
+         own + R"sql()
+    UNION ALL
+    SELECT format('r|%s|%s|%s|%s|%s', r.prpubid, r.prrelid, r.prrelid::regclass,
+                  pg_get_expr(r.prqual, r.prrelid),
+                  (SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
+                   WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs)))
+    FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+    WHERE p.pubname::text <> ALL ()sql" +
+         own + R"sql()
+    UNION ALL
+    SELECT format('n|%s|%s', n.pnpubid, n.pnnspid::regnamespace)
+    FROM pg_publication_namespace n
+  ) f(x)
+$fn$;
+)sql";
+}
+
+// READ COMMITTED re-checks the WHERE clause after waiting for a concurrent writer of the row, so
+// two transactions that reach the same fingerprint write one marker between them.
+std::string note_function(const std::string& schema, const std::string& prefix) {
+  return "CREATE OR REPLACE FUNCTION " + schema +
+         R"sql(.note_publications(wait boolean) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  f text := )sql" +
+         schema + R"sql(.publications_fingerprint();
+BEGIN
+  IF wait THEN
+    UPDATE )sql" +
+         schema + R"sql(.publication_state SET fingerprint = f
+    WHERE fingerprint IS DISTINCT FROM f;
+  ELSE
+    UPDATE )sql" +
+         schema + R"sql(.publication_state s SET fingerprint = f
+    WHERE s.fingerprint IS DISTINCT FROM f AND s.ctid = ANY (ARRAY(
+      SELECT l.ctid FROM )sql" +
+         schema + R"sql(.publication_state l FOR UPDATE SKIP LOCKED));
+  END IF;
+  IF NOT FOUND THEN RETURN false; END IF;
+  PERFORM )sql" +
+         schema + ".emit_message(true, " + prefix + R"sql(, ''::bytea);
+  RETURN true;
+END
+$fn$;
+)sql";
+}
+
+}  // namespace
+
+Status install_publication_marker(PgSession& s, const std::string& schema,
+                                  const std::vector<std::string>& own) {
+  auto quoted = s.ident(schema);
+  if (!quoted.ok()) return quoted.error();
+  auto prefix = s.literal(log::kPublicationsChangedPrefix);
+  if (!prefix.ok()) return prefix.error();
+  std::string own_array = "ARRAY[";
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    auto name = s.literal(own[i]);
+    if (!name.ok()) return name.error();
+    own_array += (i ? ", " : "") + *name;
+  }
+  own_array += "]::text[]";
+  const std::string& q = *quoted;
+  PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + q + ".publication_state (fingerprint text)"));
+  PGRELAY_TRY(s.run(fingerprint_function(q, own_array)));
+  PGRELAY_TRY(s.run(note_function(q, *prefix)));
+  PGRELAY_TRY(s.run("REVOKE ALL ON FUNCTION " + q + ".note_publications(boolean) FROM PUBLIC"));
+  // The publications as they are now need no marker: they are read at START_REPLICATION.
+  PGRELAY_TRY(s.run("INSERT INTO " + q + ".publication_state SELECT " + q +
+                    ".publications_fingerprint() WHERE NOT EXISTS (SELECT FROM " + q +
+                    ".publication_state)"));
+  return {};
+}
+
+std::string note_publications_call(const std::string& quoted_schema, bool wait) {
+  return quoted_schema + ".note_publications(" + (wait ? "true" : "false") + ")";
+}
+
+Status uninstall_publication_marker(PgSession& s, const std::string& schema) {
+  auto quoted = s.ident(schema);
+  if (!quoted.ok()) return quoted.error();
+  const std::string& q = *quoted;
+  return s.run("DROP FUNCTION IF EXISTS " + q + ".note_publications(boolean), " + q +
+               ".publications_fingerprint(); DROP TABLE IF EXISTS " + q + ".publication_state");
+}
+
+}  // namespace pgrelay::capture

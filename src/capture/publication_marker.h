@@ -1,0 +1,35 @@
+// Marks changes of the upstream's publications in the captured stream, where walsenders re-read
+// them.
+//
+// A consumer's publications decide what it is sent, and Postgres's walsender applies an ALTER
+// PUBLICATION from the position where it committed. pgrelay's walsenders read publications from
+// the upstream, so capture tells them where: a fingerprint of every publication is kept upstream,
+// and when it changes a transactional logical message (log::kPublicationsChangedPrefix) is
+// written through the capture's emit_message, in the DDL's own transaction when an event trigger
+// calls note_publications(true), else at the capture's next periodic check.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "capture/trigger/pg_session.h"
+
+namespace pgrelay::capture {
+
+// Creates or replaces, in `schema` (which already holds emit_message(boolean, text, bytea)),
+// the table publication_state and the functions publications_fingerprint() and
+// note_publications(wait boolean). The publications named in `own` (pgrelay's, which follow the
+// others) are left out of the fingerprint. Run it inside the installer's transaction.
+Status install_publication_marker(PgSession& s, const std::string& schema,
+                                  const std::vector<std::string>& own);
+
+// The SQL call that checks the fingerprint and writes the marker when it changed. `wait`: wait
+// for a concurrent transaction that is changing it (inside DDL); else skip, as a periodic check
+// may, leaving that change to the transaction making it.
+std::string note_publications_call(const std::string& quoted_schema, bool wait);
+
+// Drops what install_publication_marker created.
+Status uninstall_publication_marker(PgSession& s, const std::string& schema);
+
+}  // namespace pgrelay::capture
