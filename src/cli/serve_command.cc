@@ -344,13 +344,22 @@ void log_error(Logger& logger, const Error& error) {
                {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
 }
 
-// Which capture `options.capture` asks for: "auto" keeps the mode an existing log was captured
-// with, and otherwise takes native capture where the upstream allows it.
+// The capture mode asked for. By default the private PostgreSQL is captured natively where it
+// can be (its WAL is pgrelay's alone), and an upstream given by URL with triggers: a slot there
+// would hold the upstream's WAL whenever pgrelay is down, which its owner should choose.
+std::string capture_mode(const ServeOptions& options) {
+  if (!options.capture.empty()) return options.capture;
+  return options.upstream.empty() ? "auto" : "trigger";
+}
+
+// Which capture the mode asks for: "auto" keeps the mode an existing log was captured with,
+// and otherwise takes native capture where the upstream allows it.
 Result<bool> wants_native_capture(const ServeOptions& options,
                                   const upstream::UpstreamConfig& upstream,
                                   const log::ChangeLog& log, Logger& logger) {
-  if (options.capture == "native") return true;
-  if (options.capture == "trigger") return false;
+  const std::string mode = capture_mode(options);
+  if (mode == "native") return true;
+  if (mode == "trigger") return false;
   if (auto checkpoint = log.last_checkpoint()) {
     static constexpr std::string_view kNative = "pgrelay-native-checkpoint";
     return std::string_view(reinterpret_cast<const char*>(checkpoint->data()), checkpoint->size())
@@ -492,7 +501,7 @@ int run_serve(const ServeOptions& options) {
     embedded_options.run_as = options.run_as;
     // Native capture decodes the private instance's WAL; trigger capture needs no more than
     // replica.
-    embedded_options.logical_decoding = options.capture != "trigger";
+    embedded_options.logical_decoding = capture_mode(options) != "trigger";
     embedded_options.on_event = [&logger](const std::string& text) { logger.info(text); };
     auto started = upstream::EmbeddedPostgres::start(std::move(embedded_options));
     if (!started.ok()) {
@@ -787,8 +796,9 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "upstream, any wal_level), native (pgrelay streams its own logical slot\n"
                       "from the upstream: needs wal_level = logical and the REPLICATION right;\n"
                       "writers pay nothing extra), or auto (native where the upstream allows it,\n"
-                      "else trigger; an existing log keeps the mode it was captured with)")
-          ->capture_default_str()
+                      "else trigger; an existing log keeps the mode it was captured with).\n"
+                      "Default: auto for the private PostgreSQL, trigger with --upstream (a slot\n"
+                      "holds the upstream's WAL while pgrelay is down; choose it explicitly)")
           ->check(CLI::IsMember({"trigger", "native", "auto"})),
       "PGRELAY_CAPTURE");
   env(cmd->add_option("--schema", options->schema,

@@ -20,8 +20,9 @@ struct ServeOptions {
   std::string schema = "_pgrelay";  // upstream schema for capture and the virtual catalog
   // How changes are captured: "trigger" (any upstream), "native" (the upstream's logical
   // decoding: wal_level = logical and the REPLICATION right), or "auto" (native where possible).
-  std::string capture = "trigger";
-  std::string tls_cert;             // empty: DATA_DIR/tls/server.crt, generated on first start
+  // Empty: see capture_mode().
+  std::string capture;
+  std::string tls_cert;  // empty: DATA_DIR/tls/server.crt, generated on first start
   std::string tls_key;
   bool no_tls = false;
   int wal_sender_timeout_seconds = 60;

@@ -201,7 +201,16 @@ def run_private_instance_checks(env, label, cwd, user=None, binary=None):
         query(relay.url, "SELECT pg_create_logical_replication_slot('items_slot', 'pgoutput')")
         query(relay.url, "INSERT INTO items VALUES (1, 'first-row'), (2, 'second-row')")
         stream_values(relay.url, "items_slot", "items_pub", {"first-row", "second-row"})
-    env.check("logical replication from the private PostgreSQL (%s)" % label, replication)
+        # Captured natively by default: pgrelay's publications, no trigger capture tables.
+        expect_eq(query(relay.url, "SELECT pubname::text FROM pg_publication WHERE pubname LIKE "
+                        "'\\_pgrelay%' ORDER BY 1"),
+                  [("_pgrelay_capture",), ("_pgrelay_capture_keyless",)], "native capture's publications")
+        expect_eq(query(relay.url, "SELECT to_regclass('_pgrelay.changes') IS NULL"), [(True,)],
+                  "no trigger capture table")
+        expect("starting native capture" in relay.stderr_text(), "stderr to say native capture started",
+               got=relay.stderr_text()[-2000:])
+    env.check("logical replication from the private PostgreSQL, captured natively (%s)" % label,
+              replication)
 
     def restart_after_crash():
         pid = relay.postmaster_pid()
@@ -302,6 +311,34 @@ def run_private_instance_checks(env, label, cwd, user=None, binary=None):
     if user is None:
         env.check("settings from a config file and PGRELAY_* variables (%s)" % label,
                   config_file_and_environment)
+
+    def trigger_data_dir_keeps_trigger_capture():
+        # A data directory first captured with triggers (by an older pgrelay, whose default that
+        # was, or with --capture trigger) stays with triggers under the default.
+        where = os.path.join(cwd, "trigger-first")
+        os.mkdir(where)
+        if user:
+            os.chown(where, user.pw_uid, user.pw_gid)
+        first = PrivateRelay(env, where, e2e.free_port(), ["--capture", "trigger"], user=user, binary=binary)
+        url = first.wait_ready(timeout=120)
+        query(url, "CREATE TABLE kept (id int PRIMARY KEY)")
+        query(url, "CREATE PUBLICATION kept_pub FOR TABLE kept")
+        query(url, "INSERT INTO kept VALUES (1)")
+        wait_until(lambda: query(url, "SELECT count(*) FROM _pgrelay.changes")[0][0] == 0, 30,
+                   "trigger capture to log the insert")
+        code, _ = first.stop(signal.SIGTERM, timeout=60)
+        expect_eq(code, 0, "exit status of the trigger-captured run")
+        again = PrivateRelay(env, where, e2e.free_port(), user=user, binary=binary)
+        url = again.wait_ready(timeout=120)
+        expect("installing trigger capture" in again.stderr_text(), "the second run to keep triggers",
+               got=again.stderr_text()[-2000:])
+        expect_eq(query(url, "SELECT count(*) FROM pg_publication WHERE pubname LIKE '\\_pgrelay%'"),
+                  [(0,)], "no native capture publication")
+        code, _ = again.stop(signal.SIGTERM, timeout=60)
+        expect_eq(code, 0, "exit status of the second run")
+    if user is None:
+        env.check("a data directory captured with triggers keeps them by default (%s)" % label,
+                  trigger_data_dir_keeps_trigger_capture)
 
 
 def e2e_runs_as_name():

@@ -11,7 +11,8 @@ Variants:
   --variant direct        CVR and change DBs on the upstream Postgres, reached directly
   --variant via-pgrelay   CVR and change DBs also reached through pgrelay's pass-through
   --variant embedded      no upstream of ours: `pgrelay` runs its private PostgreSQL, which
-                          holds the CVR and change DBs too (--database), all through pgrelay
+                          holds the CVR and change DBs too (--database), all through pgrelay;
+                          captured natively, pgrelay's default there
   --reference             no pgrelay: zero-cache on a wal_level=logical Postgres. Proves this
                           script's expectations against the real thing.
 
