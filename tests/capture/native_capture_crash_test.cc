@@ -24,6 +24,8 @@
 #include "capture/native/native_capture.h"
 #include "load_support.h"
 #include "log/change_log.h"
+#include "log/change_view.h"
+#include "log/transaction.h"
 #include "pg_server.h"
 
 namespace pgrelay::capture {
@@ -92,6 +94,25 @@ struct ReleaseChecks {
   // already holds, and must skip them by commit LSN.
   int behind_log_end = 0;
 };
+
+// Transactions of the log ending after `from` that hold only a publications-changed marker.
+std::size_t markers_after(log::ChangeLog& log, wire::Lsn from) {
+  std::size_t n = 0;
+  auto cursor = log.open_cursor(from);
+  if (!cursor.ok()) throw std::runtime_error(cursor.error().to_string());
+  while (true) {
+    auto e = (*cursor)->next_entry();
+    if (!e.ok()) throw std::runtime_error(e.error().to_string());
+    if (!e->has_value()) return n;
+    if ((**e).end_lsn <= from) continue;
+    auto t = log::read_transaction(**cursor, **e);
+    if (!t.ok()) throw std::runtime_error(t.error().to_string());
+    n += t->changes.size() == 1 &&
+         std::holds_alternative<pgoutput::LogicalMessage>(t->changes[0].message) &&
+         std::get<pgoutput::LogicalMessage>(t->changes[0].message).prefix ==
+             log::kPublicationsChangedPrefix;
+  }
+}
 
 // The commit records of load transactions (each inserts a txlog row) that start in [from, to),
 // as "LSN xid".
@@ -191,6 +212,23 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
     }
     writing = false;
   });
+  // Publication changes throughout: the mirror's periodic check marks each one it sees in the
+  // log (publication_marker.h), in a transaction of its own that a kill must not lose or double.
+  std::atomic<int> publication_changes{0};
+  std::string publisher_error;
+  std::thread publisher([&] {
+    try {
+      test::PgConnection owner(server.conninfo("app", "cap_nat"));
+      for (int i = 0; writing; ++i) {
+        owner.exec(std::string("ALTER PUBLICATION load SET (publish = '") +
+                   (i % 2 ? "insert, update, delete, truncate" : "insert") + "')");
+        ++publication_changes;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+    } catch (const std::exception& e) {
+      publisher_error = e.what();
+    }
+  });
   std::mt19937 rng(42);
   int kills = 0, ready = 0, found_held = 0, torn_tails = 0, handovers = 0;
   ReleaseChecks checks;
@@ -284,7 +322,9 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
     ADD_FAILURE() << e.what();
   }
   writers.join();
+  publisher.join();
   ASSERT_EQ(pgbench_error, "");
+  ASSERT_EQ(publisher_error, "");
   EXPECT_GE(kills, 5);
   EXPECT_GE(ready, kills / 2) << "most capture processes were killed before they streamed";
 
@@ -307,8 +347,10 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
   const wire::Lsn confirmed = confirmed_flush(server);
   check_released_is_durable(server, log_end, checks);
   // The WAL query above sees what it should: the last restart appended exactly the load
-  // commits between the log's end before it and after it.
-  EXPECT_EQ(load_commits_between(server, backlog_from, log_end).size(), stats.transactions);
+  // commits between the log's end before it and after it (and perhaps a publication marker).
+  EXPECT_EQ(load_commits_between(server, backlog_from, log_end).size() +
+                markers_after(**log, backlog_from),
+            stats.transactions);
 
   test::PgConnection replica(server.conninfo("replica"));
   const load::Replayed replayed = load::replay(**log, replica);
@@ -323,6 +365,21 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
   EXPECT_EQ(logged.size(), committed.size());
   EXPECT_TRUE(logged == committed);
   EXPECT_GT(committed.size(), 200u);
+  // Markers: each once, the last one written upstream among them, for the final publications.
+  std::vector<std::uint32_t> markers = replayed.marker_xids;
+  std::sort(markers.begin(), markers.end());
+  EXPECT_EQ(std::adjacent_find(markers.begin(), markers.end()), markers.end())
+      << "duplicate marker";
+  EXPECT_GE(markers.size(), 3u) << publication_changes << " publication changes";
+  const auto last_marker = static_cast<std::uint32_t>(
+      std::stoul(server.scalar("SELECT xmin::text FROM _pgrelay.publication_state", "app")));
+  EXPECT_TRUE(std::binary_search(markers.begin(), markers.end(), last_marker));
+  EXPECT_EQ(server.scalar("SELECT fingerprint = _pgrelay.publications_fingerprint() FROM "
+                          "_pgrelay.publication_state",
+                          "app"),
+            "t");
+  std::cerr << markers.size() << " publication markers for " << publication_changes
+            << " publication changes; ";
   std::cerr << kills << " kills (" << ready << " after ready, " << found_held
             << " restarts found the slot held (" << handovers << " held by the test), "
             << torn_tails << " torn log tails); " << replayed.transactions << " transactions, "

@@ -2,6 +2,7 @@
 // Usage: native_capture_helper CONNINFO LOG_DIR SPILL_DIR SLOT
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   o.spill_dir = argv[3];
   o.slot = argv[4];
   o.logger = &logger;
+  // Often enough that the periodic publication markers meet the kills.
+  o.mirror_interval = std::chrono::milliseconds(100);
   auto capture = capture::NativeCapture::start(o, **log);
   if (!capture.ok()) {
     std::fprintf(stderr, "capture: %s\n", capture.error().to_string().c_str());
