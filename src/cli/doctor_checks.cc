@@ -191,14 +191,15 @@ Check check_wal_level(const Facts& f) {
   const std::string& w = f.server.wal_level;
   if (w == "logical") {
     return make("wal_level", Verdict::kOk,
-                "wal_level = logical: native logical replication is possible; pgrelay serve "
-                "captures with triggers, which work at any wal_level");
+                "wal_level = logical: native capture (--capture native or auto) is possible "
+                "with the REPLICATION right; pgrelay serve --upstream captures with triggers "
+                "unless told, which work at any wal_level");
   }
   Check c = make("wal_level", Verdict::kOk,
                  "wal_level = " + w +
                      ": no logical decoding, so pgrelay captures with triggers; nothing to change");
-  c.details.push_back("Only native capture would need wal_level = logical (" + conf_file(f) +
-                      ", then a restart).");
+  c.details.push_back("Only native capture (--capture native) would need wal_level = logical (" +
+                      conf_file(f) + ", then a restart).");
   return c;
 }
 
@@ -213,14 +214,14 @@ Check check_role(const Facts& f) {
   if (r.replication) {
     return make("role", Verdict::kOk,
                 "role " + r.quoted +
-                    " is not a superuser and has the REPLICATION right (only native capture "
-                    "would use it)");
+                    " is not a superuser and has the REPLICATION right (native capture, "
+                    "--capture native, would use it)");
   }
   if (f.server.wal_level == "logical") {
     Check c = make("role", Verdict::kWarn,
                    "role " + r.quoted +
                        " has no REPLICATION right: trigger capture does not need it, but native "
-                       "logical replication, which wal_level = logical here allows, does");
+                       "capture (--capture native), which wal_level = logical here allows, does");
     c.fixes.push_back({"run as a superuser", {"ALTER ROLE " + r.quoted + " REPLICATION;"}});
     return c;
   }
@@ -724,7 +725,7 @@ Check check_replication_slots(const Facts& f) {
                              " in use), max_wal_senders = " + std::to_string(s.max_wal_senders);
   if (s.replication_slots >= s.max_replication_slots || s.max_wal_senders == 0) {
     Check c = make("replication_slots", Verdict::kWarn,
-                   counts + ": native logical replication needs a free slot and a walsender");
+                   counts + ": native capture needs a free slot and a walsender");
     c.fixes.push_back(
         {"set in " + conf_file(f) + ", then restart the server",
          {"max_replication_slots = " + std::to_string(std::max(10, s.replication_slots + 4)),
@@ -732,7 +733,7 @@ Check check_replication_slots(const Facts& f) {
     return c;
   }
   return make("replication_slots", Verdict::kOk,
-              counts + ": room for native logical replication (trigger capture uses none)");
+              counts + ": room for native capture's slot (trigger capture uses none)");
 }
 
 // Finds `key "value"` in a libpq message; empty when absent.

@@ -469,7 +469,7 @@ def body(env):
                     "-t", "60", "-m", "fast", "restart"])
         env.psql_admin("SELECT pg_create_logical_replication_slot('doctor_slot', 'pgoutput')")
         checks, out = doctor(env, su, 0)
-        expect_check(checks, "wal_level", "OK", "wal_level = logical", "native logical replication is possible")
+        expect_check(checks, "wal_level", "OK", "wal_level = logical", "native capture (--capture native or auto) is possible")
         expect_check(checks, "prepared_transactions", "WARN", "max_prepared_transactions = 2", "100 ms",
                      "max_prepared_transactions = 0")
         expect_check(checks, "replication_slots", "WARN", "max_replication_slots = 1 (1 in use)",
