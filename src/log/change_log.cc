@@ -654,7 +654,7 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
     case SyncPolicy::kFsyncPerCommit:
       if (!wait_durable) {
         publish_locked(mine);
-        sync_cv_.notify_one();
+        if (sync_idle_) sync_cv_.notify_one();
         break;
       }
       sync_cv_.notify_one();
@@ -712,7 +712,9 @@ void ChangeLog::sync_loop() {
   while (!stopping_) {
     auto pending = [&] { return synced_ < written_ && !failed_; };
     if (per_commit) {
+      sync_idle_ = true;
       sync_cv_.wait(lock, [&] { return stopping_ || pending(); });
+      sync_idle_ = false;
       // Only append_visible() data unsynced: nobody waits for it, so let more gather.
       if (sync_waiters_.empty()) {
         sync_cv_.wait_for(lock, options_.visible_sync_delay,

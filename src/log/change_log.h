@@ -214,6 +214,9 @@ class ChangeLog {
   Position visible_;
   bool sync_in_progress_ = false;
   bool sync_requested_ = false;  // an appender waits for the sync thread (interval policy)
+  // The sync thread waits for unsynced data. Only then does append_visible() wake it: while it
+  // lets append_visible() data gather, a wake-up per batch would only cost a context switch.
+  bool sync_idle_ = false;
   // Group commit: appenders inside append() (counted before they take the mutex) and the
   // targets of those waiting for an fdatasync. The sync thread briefly waits until every
   // appender in flight waits for data not yet synced, so that one fdatasync covers them all
