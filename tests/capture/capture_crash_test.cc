@@ -151,20 +151,9 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
   EXPECT_TRUE(logged == committed);
   EXPECT_GT(committed.size(), 200u);
   // Markers: each once, the last one written upstream among them, for the final publications.
-  std::vector<std::uint32_t> markers = replayed.marker_xids;
-  std::sort(markers.begin(), markers.end());
-  EXPECT_EQ(std::adjacent_find(markers.begin(), markers.end()), markers.end())
-      << "duplicate marker";
-  EXPECT_GE(markers.size(), 3u) << publication_changes << " publication changes";
-  const auto last_marker = static_cast<std::uint32_t>(
-      std::stoul(server.scalar("SELECT xmin::text FROM _pgrelay.publication_state", "app")));
-  EXPECT_TRUE(std::binary_search(markers.begin(), markers.end(), last_marker));
-  EXPECT_EQ(server.scalar("SELECT fingerprint = _pgrelay.publications_fingerprint() FROM "
-                          "_pgrelay.publication_state",
-                          "app"),
-            "t");
+  const std::size_t markers = load::expect_publication_markers(replayed, upstream, 3);
   std::cerr << kills << " kills; " << replayed.transactions << " transactions, " << replayed.changes
-            << " changes, " << markers.size() << " publication markers for " << publication_changes
+            << " changes, " << markers << " publication markers for " << publication_changes
             << " publication changes\n";
   std::error_code ec;
   fs::remove_all(dir, ec);

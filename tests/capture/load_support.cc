@@ -1,6 +1,7 @@
 // Shared by the capture load tests: the pgbench workload, replaying the log, comparing states.
 #include "load_support.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -143,10 +144,7 @@ Replayed replay(log::ChangeLog& log, test::PgConnection& replica) {
     auto t = log::read_transaction(**cursor, **e);
     if (!t.ok()) throw test::PgError("read_transaction: " + t.error().to_string());
     if (t->kind != log::EntryKind::kTransaction) continue;
-    if (!t->changes.empty() && std::all_of(t->changes.begin(), t->changes.end(), [](const auto& c) {
-          auto* m = std::get_if<pgoutput::LogicalMessage>(&c.message);
-          return m != nullptr && m->prefix == log::kPublicationsChangedPrefix;
-        })) {
+    if (marker_only(*t)) {
       out.marker_xids.push_back(t->header.xid);
       continue;
     }
@@ -220,6 +218,30 @@ std::vector<std::uint32_t> committed_xids(test::PgConnection& upstream) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool marker_only(const log::Transaction& txn) {
+  return !txn.changes.empty() &&
+         std::all_of(txn.changes.begin(), txn.changes.end(), [](const log::Change& c) {
+           auto* m = std::get_if<pgoutput::LogicalMessage>(&c.message);
+           return m != nullptr && m->prefix == log::kPublicationsChangedPrefix;
+         });
+}
+
+std::size_t expect_publication_markers(const Replayed& replayed, test::PgConnection& upstream,
+                                       std::size_t minimum) {
+  std::vector<std::uint32_t> markers = replayed.marker_xids;
+  std::sort(markers.begin(), markers.end());
+  EXPECT_EQ(std::adjacent_find(markers.begin(), markers.end()), markers.end())
+      << "duplicate marker";
+  EXPECT_GE(markers.size(), minimum);
+  const auto last_marker = static_cast<std::uint32_t>(
+      std::stoul(upstream.scalar("SELECT xmin::text FROM _pgrelay.publication_state")));
+  EXPECT_TRUE(std::binary_search(markers.begin(), markers.end(), last_marker));
+  EXPECT_EQ(upstream.scalar("SELECT fingerprint = _pgrelay.publications_fingerprint() FROM "
+                            "_pgrelay.publication_state"),
+            "t");
+  return markers.size();
 }
 
 }  // namespace pgrelay::capture::load

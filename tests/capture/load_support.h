@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "log/change_log.h"
+#include "log/transaction.h"
 #include "pg_server.h"
 
 namespace pgrelay::capture::load {
@@ -38,5 +39,14 @@ std::string table_digest(test::PgConnection& conn, const std::string& table);
 // The 32-bit xids of the transactions that committed a txlog row (every writing transaction of
 // the workload inserts exactly one).
 std::vector<std::uint32_t> committed_xids(test::PgConnection& upstream);
+
+// Whether `txn` holds nothing but capture's publications-changed marker.
+bool marker_only(const log::Transaction& txn);
+
+// The publication markers a crash test's log holds (publication_marker.h), checked with gtest:
+// none twice, at least `minimum`, the last one written upstream among them, and the upstream's
+// fingerprint current. Returns how many there are.
+std::size_t expect_publication_markers(const Replayed& replayed, test::PgConnection& upstream,
+                                       std::size_t minimum);
 
 }  // namespace pgrelay::capture::load

@@ -24,7 +24,6 @@
 #include "capture/native/native_capture.h"
 #include "load_support.h"
 #include "log/change_log.h"
-#include "log/change_view.h"
 #include "log/transaction.h"
 #include "pg_server.h"
 
@@ -107,10 +106,7 @@ std::size_t markers_after(log::ChangeLog& log, wire::Lsn from) {
     if ((**e).end_lsn <= from) continue;
     auto t = log::read_transaction(**cursor, **e);
     if (!t.ok()) throw std::runtime_error(t.error().to_string());
-    n += t->changes.size() == 1 &&
-         std::holds_alternative<pgoutput::LogicalMessage>(t->changes[0].message) &&
-         std::get<pgoutput::LogicalMessage>(t->changes[0].message).prefix ==
-             log::kPublicationsChangedPrefix;
+    n += load::marker_only(*t);
   }
 }
 
@@ -366,19 +362,8 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
   EXPECT_TRUE(logged == committed);
   EXPECT_GT(committed.size(), 200u);
   // Markers: each once, the last one written upstream among them, for the final publications.
-  std::vector<std::uint32_t> markers = replayed.marker_xids;
-  std::sort(markers.begin(), markers.end());
-  EXPECT_EQ(std::adjacent_find(markers.begin(), markers.end()), markers.end())
-      << "duplicate marker";
-  EXPECT_GE(markers.size(), 3u) << publication_changes << " publication changes";
-  const auto last_marker = static_cast<std::uint32_t>(
-      std::stoul(server.scalar("SELECT xmin::text FROM _pgrelay.publication_state", "app")));
-  EXPECT_TRUE(std::binary_search(markers.begin(), markers.end(), last_marker));
-  EXPECT_EQ(server.scalar("SELECT fingerprint = _pgrelay.publications_fingerprint() FROM "
-                          "_pgrelay.publication_state",
-                          "app"),
-            "t");
-  std::cerr << markers.size() << " publication markers for " << publication_changes
+  const std::size_t markers = load::expect_publication_markers(replayed, upstream, 3);
+  std::cerr << markers << " publication markers for " << publication_changes
             << " publication changes; ";
   std::cerr << kills << " kills (" << ready << " after ready, " << found_held
             << " restarts found the slot held (" << handovers << " held by the test), "

@@ -235,6 +235,22 @@ std::vector<pgoutput::Message> without_repeated_relations(std::vector<pgoutput::
   return out;
 }
 
+// pgrelay's messages against a native slot's, one by one, naming what differs.
+void expect_same_messages(const std::vector<pgoutput::Message>& got,
+                          const std::vector<pgoutput::Message>& want) {
+  const std::size_t n = std::max(want.size(), got.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= want.size()) {
+      ADD_FAILURE() << "extra from pgrelay: " << pgoutput::describe(got[i]);
+    } else if (i >= got.size()) {
+      ADD_FAILURE() << "missing from pgrelay: " << pgoutput::describe(want[i]);
+    } else {
+      EXPECT_EQ(got[i], want[i]) << "message " << i << "\n pgrelay: " << pgoutput::describe(got[i])
+                                 << "\n native:  " << pgoutput::describe(want[i]);
+    }
+  }
+}
+
 std::size_t count_commits(const std::vector<pgoutput::Message>& messages) {
   std::size_t n = 0;
   for (const auto& m : messages) n += std::holds_alternative<pgoutput::Commit>(m);
@@ -375,18 +391,7 @@ TEST_F(PublicationFilterTest, PgrelaySendsWhatANativeSlotSends) {
     got.messages = without_repeated_relations(std::move(got.messages));
     EXPECT_EQ(got.sqlstate, "") << got.error;
     EXPECT_GT(want.size(), 5u);
-    const std::size_t n = std::max(want.size(), got.messages.size());
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i >= want.size()) {
-        ADD_FAILURE() << "extra from pgrelay: " << pgoutput::describe(got.messages[i]);
-      } else if (i >= got.messages.size()) {
-        ADD_FAILURE() << "missing from pgrelay: " << pgoutput::describe(want[i]);
-      } else {
-        EXPECT_EQ(got.messages[i], want[i])
-            << "message " << i << "\n pgrelay: " << pgoutput::describe(got.messages[i])
-            << "\n native:  " << pgoutput::describe(want[i]);
-      }
-    }
+    expect_same_messages(got.messages, want);
     PQfinish(c);
   }
 
@@ -585,17 +590,7 @@ TEST_P(PublicationChangeTest, StreamingConsumerFollowsAlterPublicationAsANativeS
     if (auto* r = std::get_if<pgoutput::Relation>(&m)) tables.insert(r->name);
   }
   EXPECT_EQ(tables, (std::set<std::string>{"t1", "t2", "t3", "t3r"}));
-  const std::size_t n = std::max(want.size(), got.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i >= want.size()) {
-      ADD_FAILURE() << "extra from pgrelay: " << pgoutput::describe(got[i]);
-    } else if (i >= got.size()) {
-      ADD_FAILURE() << "missing from pgrelay: " << pgoutput::describe(want[i]);
-    } else {
-      EXPECT_EQ(got[i], want[i]) << "message " << i << "\n pgrelay: " << pgoutput::describe(got[i])
-                                 << "\n native:  " << pgoutput::describe(want[i]);
-    }
-  }
+  expect_same_messages(got, want);
   if (native) native->stop();
   std::error_code ec;
   std::filesystem::remove_all(tmpl, ec);

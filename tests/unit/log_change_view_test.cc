@@ -437,27 +437,43 @@ TEST(DeltaUpdate, KeyHookGivesFullIdentityTablesAKey) {
 
 // --- through the log ---
 
-TEST(ViewReader, ReadsFilteredEntriesFromACursor) {
-  testing::TempDir tmp;
+// A log in `dir` holding `txns`, one entry each; null (after a failure) when that fails.
+std::unique_ptr<ChangeLog> log_of(const testing::TempDir& dir,
+                                  const std::vector<Transaction>& txns) {
   LogOptions lo;
-  lo.dir = tmp.path();
+  lo.dir = dir.path();
   lo.sync = SyncPolicy::kNone;
   auto log = ChangeLog::open(lo);
-  ASSERT_TRUE(log.ok()) << log.error().to_string();
-  std::vector<Transaction> txns = {txn({users(), user_insert("1"), orders(), order_insert("2")}, 1),
-                                   txn({orders(), order_insert("3")}, 2),
-                                   txn({users(), user_delete("1")}, 3)};
+  if (!log.ok()) {
+    ADD_FAILURE() << log.error().to_string();
+    return nullptr;
+  }
   for (const Transaction& tx : txns) {
     auto e = encode_transaction(tx);
-    ASSERT_TRUE(e.ok()) << e.error().to_string();
+    if (!e.ok()) {
+      ADD_FAILURE() << e.error().to_string();
+      return nullptr;
+    }
     PendingEntry p = e->pending();
-    ASSERT_TRUE((*log)->append(std::span<const PendingEntry>(&p, 1)).ok());
+    if (auto st = (*log)->append(std::span<const PendingEntry>(&p, 1)); !st.ok()) {
+      ADD_FAILURE() << st.error().to_string();
+      return nullptr;
+    }
   }
+  return std::move(*log);
+}
+
+TEST(ViewReader, ReadsFilteredEntriesFromACursor) {
+  testing::TempDir tmp;
+  auto log =
+      log_of(tmp, {txn({users(), user_insert("1"), orders(), order_insert("2")}, 1),
+                   txn({orders(), order_insert("3")}, 2), txn({users(), user_delete("1")}, 3)});
+  ASSERT_TRUE(log);
   ViewOptions o;
   o.tables.emplace();
   o.tables->add_table("public", "users");
   ChangeView view(o);
-  auto cursor = (*log)->open_cursor(Lsn(0));
+  auto cursor = log->open_cursor(Lsn(0));
   ASSERT_TRUE(cursor.ok());
   std::vector<std::pair<std::uint32_t, Kinds>> sent;
   std::vector<std::uint32_t> skipped;
@@ -487,19 +503,12 @@ TEST(ViewReader, ReadsFilteredEntriesFromACursor) {
 
 TEST(ViewReader, PausesAtPublicationMarkersAndGoesOnWithReplacedOptions) {
   testing::TempDir tmp;
-  LogOptions lo;
-  lo.dir = tmp.path();
-  lo.sync = SyncPolicy::kNone;
-  auto log = ChangeLog::open(lo);
-  ASSERT_TRUE(log.ok()) << log.error().to_string();
   const pgoutput::LogicalMessage marker{std::nullopt, true, Lsn(3),
                                         std::string(kPublicationsChangedPrefix), ""};
-  auto e = encode_transaction(txn({users(), orders(), user_insert("1"), order_insert("2"), marker,
-                                   user_insert("3"), order_insert("4")},
-                                  1));
-  ASSERT_TRUE(e.ok()) << e.error().to_string();
-  PendingEntry p = e->pending();
-  ASSERT_TRUE((*log)->append(std::span<const PendingEntry>(&p, 1)).ok());
+  auto log = log_of(tmp, {txn({users(), orders(), user_insert("1"), order_insert("2"), marker,
+                               user_insert("3"), order_insert("4")},
+                              1)});
+  ASSERT_TRUE(log);
 
   ViewOptions only_orders;
   only_orders.tables.emplace();
@@ -508,7 +517,7 @@ TEST(ViewReader, PausesAtPublicationMarkersAndGoesOnWithReplacedOptions) {
   both.tables->add_table("public", "users");
   ChangeView view(only_orders);
   view.pause_at_publication_changes(true);
-  auto cursor = (*log)->open_cursor(Lsn(0));
+  auto cursor = log->open_cursor(Lsn(0));
   ASSERT_TRUE(cursor.ok());
   auto meta = (*cursor)->next_entry();
   ASSERT_TRUE(meta.ok() && meta->has_value());
