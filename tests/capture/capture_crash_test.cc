@@ -151,7 +151,9 @@ TEST(CaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing) {
   EXPECT_TRUE(logged == committed);
   EXPECT_GT(committed.size(), 200u);
   // Markers: each once, the last one written upstream among them, for the final publications.
-  const std::size_t markers = load::expect_publication_markers(replayed, upstream, 3);
+  // Each capture process marks at its start and then every 100 ms, but under load many are
+  // killed before that (4 markers in 14 lives under ctest -j3), hence a minimum of 2.
+  const std::size_t markers = load::expect_publication_markers(replayed, upstream, 2);
   std::cerr << kills << " kills; " << replayed.transactions << " transactions, " << replayed.changes
             << " changes, " << markers << " publication markers for " << publication_changes
             << " publication changes\n";

@@ -34,6 +34,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "capture: %s\n", svc.error().to_string().c_str());
     return 1;
   }
+  // Mark a publication change made since the last process at once, as native capture's start
+  // does (it mirrors and marks): each life of this process then writes a marker for the test's
+  // kills to land around, however briefly the periodic sync gets to run under load.
+  {
+    auto session = capture::PgSession::connect(o.poller.conninfo);
+    if (!session.ok() || !capture::sync_tables(**session, o.poller.schema).ok()) {
+      std::fprintf(stderr, "could not sync the captured tables\n");
+      return 1;
+    }
+  }
   std::printf("ready\n");
   std::fflush(stdout);
   while (true) pause();
