@@ -21,6 +21,14 @@ inline std::string_view as_chars(ByteView b) {
   return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+// Stores `v` big-endian at `dst` (sizeof(T) bytes), for a field patched into a built frame.
+template <typename T>
+void store_be(std::uint8_t* dst, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) {
+    dst[i] = static_cast<std::uint8_t>(v >> (8 * (sizeof(T) - 1 - i)));
+  }
+}
+
 // Appends big-endian integers, strings and raw bytes to an owned buffer.
 class ByteWriter {
  public:
@@ -29,11 +37,11 @@ class ByteWriter {
 
   void u8(std::uint8_t v) { buf_.push_back(v); }
   void i8(std::int8_t v) { u8(static_cast<std::uint8_t>(v)); }
-  void u16(std::uint16_t v);
+  void u16(std::uint16_t v) { put(v); }
   void i16(std::int16_t v) { u16(static_cast<std::uint16_t>(v)); }
-  void u32(std::uint32_t v);
+  void u32(std::uint32_t v) { put(v); }
   void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
-  void u64(std::uint64_t v);
+  void u64(std::uint64_t v) { put(v); }
   void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
   // A NUL-terminated string (the string must not itself contain NUL).
   void cstr(std::string_view s);
@@ -49,6 +57,14 @@ class ByteWriter {
   Bytes take() & { return std::move(buf_); }
 
  private:
+  // Inline and in one append: these run several times per message on every hot path.
+  template <typename T>
+  void put(T v) {
+    std::uint8_t b[sizeof(T)];
+    store_be(b, v);
+    buf_.insert(buf_.end(), b, b + sizeof(T));
+  }
+
   Bytes buf_;
 };
 
@@ -59,13 +75,13 @@ class ByteReader {
  public:
   explicit ByteReader(ByteView data) : data_(data) {}
 
-  std::uint8_t u8();
+  std::uint8_t u8() { return get<std::uint8_t>(); }
   std::int8_t i8() { return static_cast<std::int8_t>(u8()); }
-  std::uint16_t u16();
+  std::uint16_t u16() { return get<std::uint16_t>(); }
   std::int16_t i16() { return static_cast<std::int16_t>(u16()); }
-  std::uint32_t u32();
+  std::uint32_t u32() { return get<std::uint32_t>(); }
   std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
-  std::uint64_t u64();
+  std::uint64_t u64() { return get<std::uint64_t>(); }
   std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
   // A NUL-terminated string; fails if no NUL remains.
   std::string cstr();
@@ -83,7 +99,23 @@ class ByteReader {
   void fail() { ok_ = false; }
 
  private:
-  bool need(std::size_t n);
+  bool need(std::size_t n) {
+    if (!ok_ || data_.size() - pos_ < n) {
+      ok_ = false;
+      return false;
+    }
+    return true;
+  }
+  // Inline, and from a local pointer so that the compiler makes it one load and a byte swap.
+  template <typename T>
+  T get() {
+    if (!need(sizeof(T))) return 0;
+    const std::uint8_t* p = data_.data() + pos_;
+    T v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) v = static_cast<T>((v << 8) | p[i]);
+    pos_ += sizeof(T);
+    return v;
+  }
 
   ByteView data_;
   std::size_t pos_ = 0;
