@@ -60,6 +60,24 @@ Result<std::optional<EncodedMessage>> EntryEncoder::next() {
   return std::optional<EncodedMessage>();
 }
 
+void EncodedEntry::add(const EncodedMessage& m) {
+  Message where;
+  where.offset = static_cast<std::uint32_t>(frames.size());
+  where.size = static_cast<std::uint32_t>(kFrameHeader + m.payload.size());
+  where.tag = m.tag;
+  where.oid = m.oid;
+  ByteWriter w(std::move(frames));
+  w.u8('d');
+  w.u32(static_cast<std::uint32_t>(where.size - 1));
+  w.u8('w');
+  w.u64(m.lsn.value());
+  w.u64(m.lsn.value());
+  w.i64(0);  // send time: filled in by the sender
+  w.raw(m.payload);
+  frames = std::move(w).take();
+  messages.push_back(where);
+}
+
 std::uint64_t EncodedEntryCache::view_id(const std::string& view_key) {
   return view_ids_.try_emplace(view_key, view_ids_.size()).first->second;
 }
@@ -77,14 +95,14 @@ std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(std::uint64_t view_i
 
 void EncodedEntryCache::insert(std::uint64_t view_id, Lsn end_lsn,
                                std::shared_ptr<const EncodedEntry> entry) {
-  if (!entry || entry->bytes > capacity_) return;
+  if (!entry || entry->bytes() > capacity_) return;
   const Key key{view_id, end_lsn.value()};
   if (index_.contains(key)) return;
-  size_ += entry->bytes;
+  size_ += entry->bytes();
   lru_.push_front(Node{key, std::move(entry)});
   index_[key] = lru_.begin();
   while (size_ > capacity_ && !lru_.empty()) {
-    size_ -= lru_.back().entry->bytes;
+    size_ -= lru_.back().entry->bytes();
     index_.erase(lru_.back().key);
     lru_.pop_back();
   }

@@ -24,10 +24,36 @@ struct EncodedMessage {
   Bytes payload;          // the pgoutput message
 };
 
+// One entry's messages through one view, framed for the wire once: each a CopyData wrapping
+// XLogData, with the send time left for the session to fill in as it writes (a cached entry is
+// sent long after it was framed, and Postgres stamps each message when it sends it).
 struct EncodedEntry {
-  std::vector<EncodedMessage> messages;
-  std::size_t bytes = 0;
+  // Where in `frames` a message is: offset of its CopyData, and the frame's size.
+  struct Message {
+    std::uint32_t offset = 0;
+    std::uint32_t size = 0;
+    char tag = 0;
+    pgoutput::Oid oid = 0;
+  };
+  static constexpr std::size_t kFrameHeader = 1 + 4 + 1 + 8 + 8 + 8;  // 'd' len 'w' lsn lsn time
+  static constexpr std::size_t kSendTimeOffset = 1 + 4 + 1 + 8 + 8;
+
+  Bytes frames;
+  std::vector<Message> messages;
   bool publications_changed = false;  // the entry carried capture's marker (see change_view.h)
+
+  void add(const EncodedMessage& m);
+  // The pgoutput message inside a frame.
+  ByteView payload(const Message& m) const {
+    return ByteView(frames).subspan(m.offset + kFrameHeader, m.size - kFrameHeader);
+  }
+  std::size_t bytes() const {
+    return sizeof(*this) + frames.capacity() + messages.capacity() * sizeof(Message);
+  }
+  void clear() {
+    frames.clear();
+    messages.clear();
+  }
 };
 
 // Yields an entry's messages in order: Begin (and Origin) before the first change the view
@@ -75,9 +101,12 @@ class EncodedEntryCache {
     std::uint64_t end_lsn;
     bool operator==(const Key&) const = default;
   };
+  // Sessions look entries up in log order: entries next to each other in the log should land
+  // in buckets next to each other, so that a scan stays in cache. A commit record alone is
+  // longer than 32 bytes of WAL, so dropping the low 5 bits keeps distinct entries apart.
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      return std::hash<std::uint64_t>()(k.end_lsn ^ (k.view_id * 0x9E3779B97F4A7C15ull));
+      return static_cast<std::size_t>((k.end_lsn >> 5) + k.view_id * 0x9E3779B97F4A7C15ull);
     }
   };
   struct Node {

@@ -6,6 +6,8 @@
 // cancel to wake it.
 #include "server/walsender.h"
 
+#include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
@@ -106,42 +108,60 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
 // session has not sent that relation yet or it changed, and so do we.
 struct SessionRelations {
   std::unordered_map<pgoutput::Oid, Bytes> sent;  // relation OID -> its Relation message
-  std::vector<EncodedMessage> pending_types;      // Types waiting for their Relation (rare)
+  std::vector<std::size_t> pending_types;  // Types of the entry waiting for their Relation (rare)
 };
 
-// Runs once per message per consumer, so it appends to `out` itself (moved through a
-// ByteWriter and back): no buffer of its own to allocate.
-void append_encoded(Bytes& out, const EncodedMessage& m, std::int64_t send_time) {
-  // CopyData('d', length) wrapping XLogData('w', start, end, time, payload).
-  const std::size_t body = 1 + 8 + 8 + 8 + m.payload.size();
-  ByteWriter w(std::move(out));
-  w.u8('d');
-  w.u32(static_cast<std::uint32_t>(body + 4));
-  w.u8('w');
-  w.u64(m.lsn.value());
-  w.u64(m.lsn.value());
-  w.i64(send_time);
-  w.raw(m.payload);
-  out = std::move(w).take();
+// XLogData's send time, big-endian as framed. Postgres stamps each message as it sends it;
+// messages that go out in one write share a stamp, taken again after anything that waits.
+struct SendTime {
+  std::uint8_t bytes[8];
+  SendTime() { stamp(); }
+  void stamp() {
+    store_be(bytes,
+             static_cast<std::uint64_t>(wire::to_pg_timestamp(std::chrono::system_clock::now())));
+  }
+};
+
+// Appends one framed message, stamped with this send's time.
+void append_frame(Bytes& out, const EncodedEntry& entry, const EncodedEntry::Message& m,
+                  const SendTime& send_time) {
+  const std::size_t at = out.size();
+  const auto begin = entry.frames.begin() + m.offset;
+  out.insert(out.end(), begin, begin + m.size);
+  std::memcpy(out.data() + at + EncodedEntry::kSendTimeOffset, send_time.bytes,
+              sizeof send_time.bytes);
 }
 
-void emit(const EncodedMessage& m, SessionRelations& relations, std::int64_t send_time,
-          Bytes& out) {
-  if (m.tag == 'Y') {
-    relations.pending_types.push_back(m);
-    return;
-  }
-  if (m.tag == 'R') {
-    auto known = relations.sent.find(m.oid);
-    if (known != relations.sent.end() && known->second == m.payload) {
-      relations.pending_types.clear();
-      return;
+// Appends the entry's messages from `from` on, except what the consumer already knows, until
+// `out` reaches kWriteChunk; returns where it stopped. Runs once per message per consumer: a
+// copy of bytes framed once, and the send time.
+std::size_t emit(const EncodedEntry& entry, std::size_t from, SessionRelations& relations,
+                 const SendTime& send_time, Bytes& out) {
+  std::size_t i = from;
+  while (i < entry.messages.size()) {
+    const EncodedEntry::Message& m = entry.messages[i++];
+    if (m.tag == 'Y') {
+      relations.pending_types.push_back(i - 1);
+      continue;
     }
-    relations.sent[m.oid] = m.payload;
+    if (m.tag == 'R') {
+      const ByteView payload = entry.payload(m);
+      auto known = relations.sent.find(m.oid);
+      if (known != relations.sent.end() &&
+          std::equal(known->second.begin(), known->second.end(), payload.begin(), payload.end())) {
+        relations.pending_types.clear();
+        continue;
+      }
+      relations.sent[m.oid] = Bytes(payload.begin(), payload.end());
+    }
+    for (std::size_t type : relations.pending_types) {
+      append_frame(out, entry, entry.messages[type], send_time);
+    }
+    relations.pending_types.clear();
+    append_frame(out, entry, m, send_time);
+    if (out.size() >= kWriteChunk) break;
   }
-  for (const auto& type : relations.pending_types) append_encoded(out, type, send_time);
-  relations.pending_types.clear();
-  append_encoded(out, m, send_time);
+  return i;
 }
 
 // The view a session sends through, and its id in the encoded-entry cache.
@@ -173,23 +193,24 @@ constexpr std::size_t kMaxCachedEntry = 4u << 20;
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
                                        const WalsenderParams& params, SessionView& session_view,
                                        log::Cursor& cursor, const log::EntryMeta& meta,
-                                       SessionRelations& relations, Bytes& out,
+                                       SessionRelations& relations, SendTime& send_time, Bytes& out,
                                        std::size_t& produced) {
-  std::int64_t send_time = wire::to_pg_timestamp(std::chrono::system_clock::now());
   const std::uint64_t entry_view_id = session_view.id;
   if (auto cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn)) {
-    for (const auto& m : cached->messages) {
-      std::size_t before = out.size();
-      emit(m, relations, send_time, out);
+    for (std::size_t next = 0; next < cached->messages.size();) {
+      const std::size_t before = out.size();
+      next = emit(*cached, next, relations, send_time, out);
       produced += out.size() - before;
       if (out.size() >= kWriteChunk) {
         PGRELAY_CO_TRY(co_await client.write(out));
         out.clear();
+        send_time.stamp();
       }
     }
     relations.pending_types.clear();
     if (cached->publications_changed && params.reload_view) {
       PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+      send_time.stamp();
     }
     co_return Status{};
   }
@@ -197,30 +218,32 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
   view.start(meta);
   EntryEncoder encoder(view, cursor, meta);
   auto built = std::make_shared<EncodedEntry>();
+  bool cacheable = true;
   for (;;) {
     auto next = encoder.next();
     if (!next.ok()) co_return next.error();
     if (!next->has_value()) {
       if (!encoder.paused()) break;
       PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+      send_time.stamp();
       continue;
     }
-    EncodedMessage& m = **next;
-    std::size_t before = out.size();
-    emit(m, relations, send_time, out);
+    const std::size_t before = out.size();
+    built->add(**next);
+    emit(*built, built->messages.size() - 1, relations, send_time, out);
     produced += out.size() - before;
-    if (built) {
-      built->bytes += m.payload.size() + sizeof(EncodedMessage);
-      built->messages.push_back(std::move(m));
-      if (built->bytes > kMaxCachedEntry) built.reset();  // too large to keep: stream it
-    }
+    // Too large to keep: stream it, holding only what has not been written (a Type waiting
+    // for its Relation refers to the entry, so that waits for the Relation).
+    if (built->bytes() > kMaxCachedEntry) cacheable = false;
+    if (!cacheable && relations.pending_types.empty()) built->clear();
     if (out.size() >= kWriteChunk) {
       PGRELAY_CO_TRY(co_await client.write(out));
       out.clear();
+      send_time.stamp();
     }
   }
   relations.pending_types.clear();
-  if (built) {
+  if (cacheable) {
     built->publications_changed = view.publications_changed();
     hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
   }
@@ -319,6 +342,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     bool caught_up = false;
     // Entries the view filters out produce nothing, hence the bound on entries as well.
     std::size_t produced = 0;
+    SendTime send_time;
     for (int scanned = 0; produced < kWriteChunk && scanned < kEntriesPerPass; ++scanned) {
       auto meta = (*cursor)->next_entry();
       if (!meta.ok()) {
@@ -335,7 +359,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         continue;
       }
       auto appended = co_await send_entry(client, hub, params, session_view, **cursor, m, relations,
-                                          out, produced);
+                                          send_time, out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
         // What the view refuses to send (a publication error Postgres raises while decoding

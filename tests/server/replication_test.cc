@@ -69,6 +69,34 @@ Lsn append_inserts(log::ChangeLog& log, pgoutput::Oid oid, const std::string& ta
   return log.last_end_lsn();
 }
 
+// Appends one transaction inserting `rows` rows with notes of `note_bytes` into `table`.
+Lsn append_wide_transaction(log::ChangeLog& log, pgoutput::Oid oid, const std::string& table,
+                            int first_id, std::uint32_t xid, int rows, std::size_t note_bytes) {
+  Lsn base = std::max(log.last_end_lsn(), Lsn(0x1000000)) + 0x100;
+  log::Transaction txn;
+  txn.header.begin_lsn = base;
+  txn.header.xid = xid;
+  txn.header.commit_time = 2000000 + first_id;
+  txn.changes.push_back({base + 8, relation(oid, table)});
+  Lsn at = base + 16;
+  for (int i = 0; i < rows; ++i) {
+    pgoutput::Insert insert;
+    insert.relation_oid = oid;
+    insert.new_tuple.columns = {pgoutput::TupleValue::text(std::to_string(first_id + i)),
+                                pgoutput::TupleValue::text(std::string(note_bytes, 'w'))};
+    txn.changes.push_back({at, insert});
+    at = at + note_bytes + 0x40;
+  }
+  txn.header.commit_lsn = at;
+  txn.header.end_lsn = at + 8;
+  auto encoded = log::encode_transaction(txn);
+  EXPECT_TRUE(encoded.ok()) << encoded.error().message;
+  std::vector<log::PendingEntry> pending{encoded->pending()};
+  auto appended = log.append(pending);
+  EXPECT_TRUE(appended.ok()) << appended.error().message;
+  return log.last_end_lsn();
+}
+
 Lsn append_insert(log::ChangeLog& log, pgoutput::Oid oid, const std::string& table, int id,
                   std::uint32_t xid) {
   return append_inserts(log, oid, table, id, xid);
@@ -109,6 +137,7 @@ RelayHarness* ReplicationTest::relay_ = nullptr;
 struct Received {
   std::vector<pgoutput::Message> messages;
   std::vector<Lsn> wal_starts;
+  std::vector<std::int64_t> send_times;
 };
 Received receive(PGconn* conn, int commits,
                  std::chrono::seconds timeout = std::chrono::seconds(10)) {
@@ -134,6 +163,7 @@ Received receive(PGconn* conn, int commits,
       if (std::holds_alternative<pgoutput::Commit>(*message)) ++seen;
       out.messages.push_back(*message);
       out.wal_starts.push_back(x->wal_start);
+      out.send_times.push_back(x->send_time);
     }
     PQfreemem(buffer);
   }
@@ -285,6 +315,62 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   EXPECT_EQ(got[0].messages, got[1].messages);
   EXPECT_EQ(got[0].wal_starts, got[1].wal_starts);
   EXPECT_GE(relay_->hub().encoded_cache().hits(), hits_before + 5);
+  PQfinish(a);
+  PQfinish(b);
+}
+
+// A transaction of more than a write chunk is kept and shared, and sent in several writes; one
+// larger than the cache keeps (4 MiB) is streamed to each consumer without being kept. Either
+// way each consumer gets every message once, in order, stamped when it was sent.
+TEST_F(ReplicationTest, LargeTransactionsAreSentWholeFromTheCacheOrStreamed) {
+  PGconn* a = replication_connection();
+  PGconn* b = replication_connection();
+  for (auto [conn, name] : {std::pair{a, "s_large_a"}, std::pair{b, "s_large_b"}}) {
+    std::string sql = std::string("CREATE_REPLICATION_SLOT \"") + name +
+                      "\" LOGICAL pgoutput (SNAPSHOT 'nothing')";
+    PGresult* res = PQexec(conn, sql.c_str());
+    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
+    PQclear(res);
+  }
+  constexpr std::size_t kNote = 64 * 1024;
+  append_wide_transaction(relay_->log(), oid_of("t1"), "t1", 5000, 900, 10, kNote);  // 640 KiB
+  append_wide_transaction(relay_->log(), oid_of("t1"), "t1", 6000, 901, 80, kNote);  // 5 MiB
+  const std::size_t hits_before = relay_->hub().encoded_cache().hits();
+  const std::int64_t started = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  std::vector<Received> got;
+  for (auto [conn, name] : {std::pair{a, "s_large_a"}, std::pair{b, "s_large_b"}}) {
+    std::string sql = std::string("START_REPLICATION SLOT \"") + name +
+                      "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
+    PGresult* res = PQexec(conn, sql.c_str());
+    ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
+    PQclear(res);
+    got.push_back(receive(conn, 2, std::chrono::seconds(30)));
+  }
+  const std::int64_t finished = wire::to_pg_timestamp(std::chrono::system_clock::now());
+  for (const Received& r : got) {
+    // Begin, Relation, 10 Inserts, Commit; then Begin, 80 Inserts, Commit (Relation known).
+    ASSERT_EQ(r.messages.size(), 13u + 82u);
+    std::vector<int> ids;
+    for (const auto& m : r.messages) {
+      if (const auto* ins = std::get_if<pgoutput::Insert>(&m)) {
+        ids.push_back(std::stoi(ins->new_tuple.columns[0].bytes));
+        EXPECT_EQ(ins->new_tuple.columns[1].bytes.size(), kNote);
+      }
+    }
+    ASSERT_EQ(ids.size(), 90u);
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(ids[i], 5000 + i);
+    for (int i = 0; i < 80; ++i) EXPECT_EQ(ids[10 + i], 6000 + i);
+    EXPECT_TRUE(std::holds_alternative<pgoutput::Begin>(r.messages[13]));
+    EXPECT_TRUE(std::holds_alternative<pgoutput::Insert>(r.messages[14]));
+    for (std::int64_t t : r.send_times) {
+      EXPECT_GE(t, started);
+      EXPECT_LE(t, finished);
+    }
+  }
+  EXPECT_EQ(got[0].messages, got[1].messages);
+  EXPECT_EQ(got[0].wal_starts, got[1].wal_starts);
+  // The second consumer had the first transaction from the cache, the second encoded anew.
+  EXPECT_EQ(relay_->hub().encoded_cache().hits(), hits_before + 1);
   PQfinish(a);
   PQfinish(b);
 }
