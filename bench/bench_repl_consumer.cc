@@ -14,7 +14,7 @@
 // Usage: bench_repl_consumer --conninfo STR --expect N [--consumers M] [--slot-prefix P]
 //          [--publication NAME] [--proto V] [--ready-file F] [--wait-file F]
 //          [--cpu-pid LABEL=PID]... [--stall-seconds S] [--timeout-seconds S]
-//          [--payload TEXT]
+//          [--payload TEXT] [--threads T (default 2)]
 #include <fcntl.h>
 #include <libpq-fe.h>
 #include <poll.h>
@@ -23,6 +23,7 @@
 
 #include <dirent.h>
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -62,6 +63,7 @@ struct Settings {
   std::vector<std::pair<std::string, int>> cpu_pids;
   double stall_seconds = 30;
   double timeout_seconds = 600;
+  int threads = 2;
   std::string payload = kDefaultPayload;
 };
 
@@ -225,7 +227,6 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
   s.digest = (s.digest ^ static_cast<std::uint64_t>(id)) * 1099511628211ull;
   s.latency_us.push_back(
       static_cast<std::int32_t>(std::clamp<std::int64_t>(now - ts, INT32_MIN, INT32_MAX)));
-  s.last_progress = steady_seconds();
 }
 
 void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std::int64_t now) {
@@ -274,13 +275,16 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
   }
 }
 
-// Reads everything buffered on one streaming connection.
+// Reads everything buffered on one streaming connection. Its messages arrived together, so
+// they share one receipt time: the clock is read once per batch, not once per message.
 void drain(Stream& s, const Settings& cfg) {
   if (PQconsumeInput(s.conn) == 0) fail(s.where() + ": connection lost: " + PQerrorMessage(s.conn));
+  const std::int64_t now = now_unix_us();
+  const std::int64_t inserts_before = s.inserts;
   for (;;) {
     char* buf = nullptr;
     int n = PQgetCopyData(s.conn, &buf, 1);
-    if (n == 0) return;
+    if (n == 0) break;
     if (n == -1) {
       PGresult* res = PQgetResult(s.conn);
       std::string msg = res ? PQresultErrorMessage(res) : "";
@@ -289,23 +293,28 @@ void drain(Stream& s, const Settings& cfg) {
            std::to_string(cfg.expect) + " inserts" + (msg.empty() ? "" : ": " + msg));
     }
     if (n < 0) fail(s.where() + ": stream error: " + PQerrorMessage(s.conn));
-    std::int64_t now = now_unix_us();
     ByteView payload(reinterpret_cast<const std::uint8_t*>(buf), static_cast<std::size_t>(n));
-    auto frame = wire::parse_from_server(payload);
-    PQfreemem(buf);
-    if (!frame.ok()) fail(s.where() + ": bad replication frame: " + frame.error().message);
-    if (auto* x = std::get_if<wire::XLogData>(&*frame)) {
-      auto msg = s.decoder.decode(ByteView(x->data));
+    if (!payload.empty() && payload[0] == wire::XLogData::kType) {
+      auto x = wire::view_xlog_data(payload);
+      if (!x.ok()) fail(s.where() + ": bad XLogData: " + x.error().message);
+      auto msg = s.decoder.decode(x->data);
+      PQfreemem(buf);
       if (!msg.ok()) fail(s.where() + ": pgoutput decode error: " + msg.error().to_string());
       on_message(s, cfg, *msg, now);
       if (s.inserts == cfg.expect && !s.in_txn) {
         s.state = State::kDone;
-        return;
+        break;
       }
-    } else if (auto* k = std::get_if<wire::PrimaryKeepalive>(&*frame)) {
+      continue;
+    }
+    auto frame = wire::parse_from_server(payload);
+    PQfreemem(buf);
+    if (!frame.ok()) fail(s.where() + ": bad replication frame: " + frame.error().message);
+    if (auto* k = std::get_if<wire::PrimaryKeepalive>(&*frame)) {
       if (k->reply_requested) send_status(s);
     }
   }
+  if (s.inserts > inserts_before) s.last_progress = steady_seconds();
 }
 
 std::string quoted_ident(const std::string& name) {
@@ -322,6 +331,76 @@ void touch(const std::string& path) {
 
 bool exists(const std::string& path) {
   return access(path.c_str(), F_OK) == 0;
+}
+
+// Shared by the reading threads: the ready-file is written once every stream is running.
+struct StartGate {
+  std::atomic<int> starting{0};
+  std::atomic<bool> ready{false};
+};
+
+struct GroupTimes {
+  double first = 0;  // first insert received
+  double last = 0;   // last insert received
+};
+
+// Reads one share of the streams in one poll() loop until each has delivered --expect inserts.
+GroupTimes read_streams(const std::vector<Stream*>& streams, const Settings& cfg, StartGate& gate,
+                        double t_start) {
+  GroupTimes times;
+  bool saw_ready = false;
+  std::size_t done = 0;
+  std::vector<pollfd> fds(streams.size());
+  while (done < streams.size()) {
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      fds[i] = pollfd{PQsocket(streams[i]->conn), POLLIN, 0};
+      if (streams[i]->state == State::kDone) fds[i].fd = -1;
+    }
+    int pr = poll(fds.data(), fds.size(), 100);
+    if (pr < 0 && errno != EINTR) fail(std::string("poll: ") + std::strerror(errno));
+    const double now = steady_seconds();
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      Stream& s = *streams[i];
+      if (s.state == State::kDone) continue;
+      if (s.state == State::kStarting && (fds[i].revents != 0)) {
+        if (PQconsumeInput(s.conn) == 0) fail(s.where() + ": " + PQerrorMessage(s.conn));
+        if (!PQisBusy(s.conn)) {
+          PGresult* res = PQgetResult(s.conn);
+          if (PQresultStatus(res) != PGRES_COPY_BOTH) {
+            fail(s.where() + ": START_REPLICATION failed: " + PQresultErrorMessage(res));
+          }
+          PQclear(res);
+          s.state = State::kStreaming;
+          --gate.starting;
+        }
+      }
+      if (s.state == State::kStreaming && fds[i].revents != 0) {
+        std::int64_t before = s.inserts;
+        drain(s, cfg);
+        if (s.inserts > before) {
+          if (times.first == 0) times.first = now;
+          times.last = steady_seconds();
+        }
+        if (s.state == State::kDone) ++done;
+      }
+      if (s.state == State::kStreaming && now - s.last_reply > 1.0) send_status(s);
+      if (now - s.last_progress > cfg.stall_seconds) {
+        fail(s.where() + ": stalled: no insert for " + std::to_string(cfg.stall_seconds) +
+             " s; received " + std::to_string(s.inserts) + " of " + std::to_string(cfg.expect) +
+             " inserts in " + std::to_string(s.transactions) + " transactions (state " +
+             (s.state == State::kStarting ? "starting" : "streaming") + ")");
+      }
+    }
+    // Live runs: the driver starts the workload once every stream is running.
+    if (gate.starting == 0 && !gate.ready.exchange(true)) touch(cfg.ready_file);
+    if (gate.ready && !saw_ready) {
+      saw_ready = true;
+      for (Stream* s : streams) s->last_progress = steady_seconds();
+    }
+    if (now - t_start > cfg.timeout_seconds)
+      fail("timed out after " + std::to_string(now - t_start) + " s");
+  }
+  return times;
 }
 
 double percentile(const std::vector<std::int32_t>& sorted, double p) {
@@ -361,6 +440,8 @@ bool parse_args(int argc, char** argv, Settings& s) {
       s.stall_seconds = std::atof(next().c_str());
     else if (a == "--timeout-seconds")
       s.timeout_seconds = std::atof(next().c_str());
+    else if (a == "--threads")
+      s.threads = std::atoi(next().c_str());
     else if (a == "--payload")
       s.payload = next();
     else if (a == "--cpu-pid") {
@@ -385,7 +466,7 @@ int main(int argc, char** argv) {
                  "usage: bench_repl_consumer --conninfo STR --expect N [--consumers M] "
                  "[--slot-prefix P] [--publication NAME] [--proto V] [--ready-file F] "
                  "[--wait-file F] [--cpu-pid LABEL=PID]... [--stall-seconds S] "
-                 "[--timeout-seconds S] [--payload TEXT]\n");
+                 "[--timeout-seconds S] [--payload TEXT] [--threads T]\n");
     return 2;
   }
   std::vector<std::unique_ptr<Stream>> streams;
@@ -436,58 +517,26 @@ int main(int argc, char** argv) {
     s->last_reply = t_start;
   }
 
+  // Streams are read by up to --threads threads, each polling its own share: 32 consumers are
+  // 32 processes in a real deployment, and one thread decoding them all would measure itself.
+  StartGate gate;
+  gate.starting = static_cast<int>(streams.size());
+  gate.ready = !cfg.wait_file.empty();  // catch-up runs wrote their ready-file already
+  const int threads = std::max(1, std::min(cfg.threads, static_cast<int>(streams.size())));
+  std::vector<std::vector<Stream*>> groups(static_cast<std::size_t>(threads));
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    groups[i % groups.size()].push_back(streams[i].get());
+  }
+  std::vector<GroupTimes> times(groups.size());
+  std::vector<std::thread> readers;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    readers.emplace_back([&, g] { times[g] = read_streams(groups[g], cfg, gate, t_start); });
+  }
+  for (auto& t : readers) t.join();
   double t_first = 0, t_last = 0;
-  bool ready_written = !cfg.wait_file.empty();
-  int done = 0;
-  std::vector<pollfd> fds(streams.size());
-  while (done < static_cast<int>(streams.size())) {
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      fds[i] = pollfd{PQsocket(streams[i]->conn), POLLIN, 0};
-      if (streams[i]->state == State::kDone) fds[i].fd = -1;
-    }
-    int pr = poll(fds.data(), fds.size(), 100);
-    if (pr < 0 && errno != EINTR) fail(std::string("poll: ") + std::strerror(errno));
-    const double now = steady_seconds();
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      Stream& s = *streams[i];
-      if (s.state == State::kDone) continue;
-      if (s.state == State::kStarting && (fds[i].revents != 0)) {
-        if (PQconsumeInput(s.conn) == 0) fail(s.where() + ": " + PQerrorMessage(s.conn));
-        if (!PQisBusy(s.conn)) {
-          PGresult* res = PQgetResult(s.conn);
-          if (PQresultStatus(res) != PGRES_COPY_BOTH) {
-            fail(s.where() + ": START_REPLICATION failed: " + PQresultErrorMessage(res));
-          }
-          PQclear(res);
-          s.state = State::kStreaming;
-        }
-      }
-      if (s.state == State::kStreaming && fds[i].revents != 0) {
-        std::int64_t before = s.inserts;
-        drain(s, cfg);
-        if (s.inserts > before) {
-          if (t_first == 0) t_first = now;
-          t_last = steady_seconds();
-        }
-        if (s.state == State::kDone) ++done;
-      }
-      if (s.state == State::kStreaming && now - s.last_reply > 1.0) send_status(s);
-      if (now - s.last_progress > cfg.stall_seconds) {
-        fail(s.where() + ": stalled: no insert for " + std::to_string(cfg.stall_seconds) +
-             " s; received " + std::to_string(s.inserts) + " of " + std::to_string(cfg.expect) +
-             " inserts in " + std::to_string(s.transactions) + " transactions (state " +
-             (s.state == State::kStarting ? "starting" : "streaming") + ")");
-      }
-    }
-    // Live runs: the driver starts the workload once every stream is running.
-    if (!ready_written && std::all_of(streams.begin(), streams.end(),
-                                      [](const auto& s) { return s->state != State::kStarting; })) {
-      touch(cfg.ready_file);
-      ready_written = true;
-      for (auto& s : streams) s->last_progress = steady_seconds();
-    }
-    if (now - t_start > cfg.timeout_seconds)
-      fail("timed out after " + std::to_string(now - t_start) + " s");
+  for (const GroupTimes& t : times) {
+    if (t.first != 0 && (t_first == 0 || t.first < t_first)) t_first = t.first;
+    t_last = std::max(t_last, t.last);
   }
   const double t_end = t_last;
   std::map<std::string, double> cpu_used;

@@ -102,19 +102,25 @@ Bytes encode(const HotStandbyFeedback& m) {
   return std::move(w).take();
 }
 
-Result<XLogData> parse_xlog_data(ByteView payload) {
+Result<XLogDataView> view_xlog_data(ByteView payload) {
   ByteReader r(payload);
   PGRELAY_TRY(expect_type(r, XLogData::kType, "XLogData"));
   if (r.remaining() < kXLogDataHeader) {
     return Error::protocol("invalid WAL message received from primary");
   }
-  XLogData m;
+  XLogDataView m;
   m.wal_start = Lsn(r.u64());
   m.wal_end = Lsn(r.u64());
   m.send_time = r.i64();
-  ByteView data = r.rest();
-  m.data.assign(data.begin(), data.end());
+  m.data = r.rest();
   return m;
+}
+
+Result<XLogData> parse_xlog_data(ByteView payload) {
+  auto view = view_xlog_data(payload);
+  if (!view.ok()) return view.error();
+  return XLogData{view->wal_start, view->wal_end, view->send_time,
+                  Bytes(view->data.begin(), view->data.end())};
 }
 
 Result<PrimaryKeepalive> parse_primary_keepalive(ByteView payload) {

@@ -30,6 +30,15 @@ struct XLogData {
   bool operator==(const XLogData&) const = default;
 };
 
+// XLogData read in place: `data` points into the parsed payload, so it lives as long as that.
+// For readers that decode each message at once and keep nothing, such as a consumer.
+struct XLogDataView {
+  Lsn wal_start;
+  Lsn wal_end;
+  std::int64_t send_time = 0;
+  ByteView data;
+};
+
 // 'k': the server's keepalive.
 struct PrimaryKeepalive {
   static constexpr char kType = 'k';
@@ -70,6 +79,7 @@ Bytes encode(const HotStandbyFeedback& m);
 // Parsers take the whole CopyData payload, type byte included, and check it.
 // A reply-requested byte counts as true when non-zero, as in Postgres.
 Result<XLogData> parse_xlog_data(ByteView payload);
+Result<XLogDataView> view_xlog_data(ByteView payload);
 Result<PrimaryKeepalive> parse_primary_keepalive(ByteView payload);
 Result<StandbyStatusUpdate> parse_standby_status_update(ByteView payload);
 Result<HotStandbyFeedback> parse_hot_standby_feedback(ByteView payload);
