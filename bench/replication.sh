@@ -28,7 +28,9 @@
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
-# CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"), PGRELAY, CONSUMER (binaries), OUT (results dir),
+# CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"),
+# CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
+# thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ LAT_RATE=${LAT_RATE:-1000}
 LAT_SECONDS=${LAT_SECONDS:-30}
 FANOUT=${FANOUT:-"1 8 32"}
 CLIENTS=${CLIENTS:-4}
+CONSUMER_THREADS=${CONSUMER_THREADS:-2}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
 CAPTURES=${CAPTURES:-"native trigger"}
 CAPTURE=""  # the mode of the pgrelay running now
@@ -194,7 +197,7 @@ measure() {
   [ "$mode" = catchup ] && extra=(--wait-file "$dir/go")
   "$CONSUMER" --conninfo "$conn" --consumers "$m" --slot-prefix "bench_${run//[^a-z0-9]/_}" \
     --publication bench_pub --expect "$expect" --ready-file "$dir/ready" "${extra[@]}" \
-    --payload "$PAYLOAD" "${cpu[@]}" --stall-seconds 60 --timeout-seconds 900 \
+    --payload "$PAYLOAD" "${cpu[@]}" --stall-seconds 60 --timeout-seconds 900 --threads "$CONSUMER_THREADS" \
     >"$dir/consumer.out" 2>"$dir/consumer.err" &
   local cpid=$!
   CONSUMER_PID=$cpid
@@ -291,7 +294,7 @@ table() {  # capture mode
   echo
   echo "Replication benchmark, $(date -u +%FT%TZ), $(nproc) cores, loadavg at start of each run in $OUT"
   echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
-  echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s"
+  echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s; consumer on $CONSUMER_THREADS threads"
   echo
   for mode in $CAPTURES; do table "$mode"; echo; done
   echo "loadavg (1 min) at the start of each run:" \

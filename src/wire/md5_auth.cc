@@ -57,7 +57,7 @@ std::string quoted(std::string_view user) {
 
 StoredPasswordType stored_password_type(std::string_view shadow_pass) {
   if (is_md5_hash(shadow_pass)) return StoredPasswordType::kMd5;
-  if (ScramVerifier::parse(shadow_pass).ok()) return StoredPasswordType::kScramSha256;
+  if (ScramVerifier::parse(shadow_pass).ok()) return StoredPasswordType::kScramVerifier;
   return StoredPasswordType::kPlaintext;
 }
 

@@ -18,7 +18,7 @@ inline constexpr std::size_t kMd5PasswordLen = 35;
 using Md5Salt = std::array<std::uint8_t, 4>;
 
 // What kind of secret pg_authid.rolpassword holds (Postgres's get_password_type).
-enum class StoredPasswordType { kPlaintext, kMd5, kScramSha256 };
+enum class StoredPasswordType { kPlaintext, kMd5, kScramVerifier };
 StoredPasswordType stored_password_type(std::string_view shadow_pass);
 
 // Postgres's stored MD5 form: "md5" + hex(md5(password || user)).

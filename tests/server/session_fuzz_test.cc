@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-// md5_auth.h before scram.h (which server_fixture.h includes): its StoredPasswordType::kScramSha256
+// md5_auth.h before scram.h (which server_fixture.h includes): its StoredPasswordType::kScramVerifier
 // would otherwise shadow wire::kScramSha256 under -Wshadow.
 #include "wire/md5_auth.h"
 

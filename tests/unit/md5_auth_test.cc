@@ -52,7 +52,7 @@ TEST(Md5Auth, ResponseFromHashNeedsAStoredMd5Hash) {
 
 TEST(Md5Auth, StoredPasswordType) {
   EXPECT_EQ(stored_password_type(kPostgresSecretHash), StoredPasswordType::kMd5);
-  EXPECT_EQ(stored_password_type(kPencilScram), StoredPasswordType::kScramSha256);
+  EXPECT_EQ(stored_password_type(kPencilScram), StoredPasswordType::kScramVerifier);
   EXPECT_EQ(stored_password_type("secret"), StoredPasswordType::kPlaintext);
   EXPECT_EQ(stored_password_type("md553F48B7C4B76A86CE72276C5755F217D"),
             StoredPasswordType::kPlaintext);
