@@ -125,17 +125,17 @@ upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelaySt
 
 // The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
 // SQL names a virtualized object, else the original bytes.
-void append_client_frame(const wire::Frame& frame, const SqlRewrite& rewrite, Bytes& out) {
-  if (rewrite && (frame.tag == 'Q' || frame.tag == 'P')) {
-    if (frame.tag == 'Q') {
-      if (auto query = wire::parse_query(frame.body); query.ok()) {
+void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, Bytes& out) {
+  if (rewrite && (tag == 'Q' || tag == 'P')) {
+    if (tag == 'Q') {
+      if (auto query = wire::parse_query(body); query.ok()) {
         if (auto sql = rewrite(query->sql)) {
           Bytes encoded = wire::encode(wire::Query{*sql});
           out.insert(out.end(), encoded.begin(), encoded.end());
           return;
         }
       }
-    } else if (auto parse = wire::parse_parse(frame.body); parse.ok()) {
+    } else if (auto parse = wire::parse_parse(body); parse.ok()) {
       if (auto sql = rewrite(parse->sql)) {
         parse->sql = *sql;
         Bytes encoded = wire::encode(*parse);
@@ -144,8 +144,7 @@ void append_client_frame(const wire::Frame& frame, const SqlRewrite& rewrite, By
       }
     }
   }
-  Bytes encoded = upstream::encode_frame(frame.tag, frame.body);
-  out.insert(out.end(), encoded.begin(), encoded.end());
+  upstream::append_frame(out, tag, body);
 }
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
@@ -177,14 +176,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
-    append_client_frame(*frame, rewrite, batch);
+    append_client_frame(frame->tag, frame->body, rewrite, batch);
     state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
     while (!terminate && batch.size() < kBatchBytes) {
-      auto more = client.reader().next();
+      auto more = client.reader().next_view();
       if (!more.ok() || !more->has_value()) break;
-      append_client_frame(**more, rewrite, batch);
+      append_client_frame((*more)->tag, (*more)->body, rewrite, batch);
       state.count_client_frame((*more)->tag);
       terminate = (*more)->tag == 'X';
     }

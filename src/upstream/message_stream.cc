@@ -6,12 +6,16 @@ namespace pgrelay::upstream {
 Bytes encode_frame(char tag, ByteView body) {
   Bytes out;
   out.reserve(body.size() + 5);
-  out.push_back(static_cast<std::uint8_t>(tag));
-  auto length = static_cast<std::uint32_t>(body.size() + 4);
-  for (int shift = 24; shift >= 0; shift -= 8)
-    out.push_back(static_cast<std::uint8_t>(length >> shift));
-  out.insert(out.end(), body.begin(), body.end());
+  append_frame(out, tag, body);
   return out;
+}
+
+void append_frame(Bytes& out, char tag, ByteView body) {
+  ByteWriter w(std::move(out));
+  w.u8(static_cast<std::uint8_t>(tag));
+  w.u32(static_cast<std::uint32_t>(body.size() + 4));
+  w.raw(body);
+  out = std::move(w).take();
 }
 
 awaitable<Result<wire::Frame>> MessageStream::read_frame() {

@@ -12,6 +12,8 @@ namespace pgrelay::upstream {
 
 // A regular-phase frame as bytes: tag, length, body.
 Bytes encode_frame(char tag, ByteView body);
+// The same, appended to `out`: relaying a frame then copies its bytes once.
+void append_frame(Bytes& out, char tag, ByteView body);
 
 class MessageStream {
  public:
