@@ -170,6 +170,16 @@ Received receive(PGconn* conn, int commits,
   return out;
 }
 
+// Runs one replication command; success means the result status `want`.
+::testing::AssertionResult command_ok(PGconn* conn, const std::string& sql, ExecStatusType want) {
+  PGresult* res = PQexec(conn, sql.c_str());
+  const ExecStatusType got = PQresultStatus(res);
+  PQclear(res);
+  if (got == want) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << sql << ": " << PQresStatus(got) << ": " << PQerrorMessage(conn);
+}
+
 void send_flush(PGconn* conn, Lsn lsn) {
   wire::StandbyStatusUpdate status;
   status.write = status.flush = status.apply = lsn;
@@ -293,21 +303,19 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   PGconn* a = replication_connection();
   PGconn* b = replication_connection();
   for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
-    std::string sql = std::string("CREATE_REPLICATION_SLOT \"") + name +
-                      "\" LOGICAL pgoutput (SNAPSHOT 'nothing')";
-    PGresult* res = PQexec(conn, sql.c_str());
-    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
-    PQclear(res);
+    ASSERT_TRUE(command_ok(conn,
+                           "CREATE_REPLICATION_SLOT \"" + std::string(name) +
+                               "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
+                           PGRES_TUPLES_OK));
   }
   for (int i = 0; i < 5; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 100 + i, 800 + i);
   std::size_t hits_before = relay_->hub().encoded_cache().hits();
   std::vector<Received> got;
   for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
-    std::string sql = std::string("START_REPLICATION SLOT \"") + name +
-                      "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
-    PGresult* res = PQexec(conn, sql.c_str());
-    ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
-    PQclear(res);
+    ASSERT_TRUE(command_ok(conn,
+                           "START_REPLICATION SLOT \"" + std::string(name) +
+                               "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')",
+                           PGRES_COPY_BOTH));
     got.push_back(receive(conn, 5));
   }
   // Same messages for both; the second consumer was served from the first one's encoding.
@@ -326,11 +334,10 @@ TEST_F(ReplicationTest, LargeTransactionsAreSentWholeFromTheCacheOrStreamed) {
   PGconn* a = replication_connection();
   PGconn* b = replication_connection();
   for (auto [conn, name] : {std::pair{a, "s_large_a"}, std::pair{b, "s_large_b"}}) {
-    std::string sql = std::string("CREATE_REPLICATION_SLOT \"") + name +
-                      "\" LOGICAL pgoutput (SNAPSHOT 'nothing')";
-    PGresult* res = PQexec(conn, sql.c_str());
-    ASSERT_EQ(PQresultStatus(res), PGRES_TUPLES_OK) << PQerrorMessage(conn);
-    PQclear(res);
+    ASSERT_TRUE(command_ok(conn,
+                           "CREATE_REPLICATION_SLOT \"" + std::string(name) +
+                               "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
+                           PGRES_TUPLES_OK));
   }
   constexpr std::size_t kNote = 64 * 1024;
   append_wide_transaction(relay_->log(), oid_of("t1"), "t1", 5000, 900, 10, kNote);  // 640 KiB
@@ -339,11 +346,10 @@ TEST_F(ReplicationTest, LargeTransactionsAreSentWholeFromTheCacheOrStreamed) {
   const std::int64_t started = wire::to_pg_timestamp(std::chrono::system_clock::now());
   std::vector<Received> got;
   for (auto [conn, name] : {std::pair{a, "s_large_a"}, std::pair{b, "s_large_b"}}) {
-    std::string sql = std::string("START_REPLICATION SLOT \"") + name +
-                      "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
-    PGresult* res = PQexec(conn, sql.c_str());
-    ASSERT_EQ(PQresultStatus(res), PGRES_COPY_BOTH) << PQerrorMessage(conn);
-    PQclear(res);
+    ASSERT_TRUE(command_ok(conn,
+                           "START_REPLICATION SLOT \"" + std::string(name) +
+                               "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')",
+                           PGRES_COPY_BOTH));
     got.push_back(receive(conn, 2, std::chrono::seconds(30)));
   }
   const std::int64_t finished = wire::to_pg_timestamp(std::chrono::system_clock::now());
