@@ -267,9 +267,6 @@ class Env:
         finally:
             conn.close()
 
-    def upstream_lsn(self):
-        return self.direct_query("SELECT pg_current_wal_lsn()::text")[0][0]
-
     # ---- pgrelay ----
     def start_relay(self, data_dir=None, port=None, extra_args=(), timeout=90):
         data_dir = data_dir or os.path.join(self.base, "relay-data")
