@@ -569,7 +569,7 @@ struct ChangeLog::AppenderGuard {
   explicit AppenderGuard(ChangeLog* l) : log(l) { ++log->active_appenders_; }
   ~AppenderGuard() {
     --log->active_appenders_;
-    log->sync_cv_.notify_one();
+    if (log->awaiting_group_.load()) log->sync_cv_.notify_one();
   }
   ChangeLog* log;
 };
@@ -726,10 +726,12 @@ void ChangeLog::sync_loop() {
                                       [&](Position p) { return synced_ < p; });
         return stopping_ || active_appenders_.load() <= unsynced;
       };
+      awaiting_group_ = true;
       if (!group_complete()) {
         auto wait = std::min(options_.group_commit_wait, last_sync_duration_ / 2);
         sync_cv_.wait_for(lock, wait, group_complete);
       }
+      awaiting_group_ = false;
     } else {
       sync_cv_.wait_for(lock, options_.sync_interval, [&] { return stopping_ || sync_requested_; });
       sync_requested_ = false;
@@ -749,17 +751,21 @@ void ChangeLog::publish_locked(Position pos) {
 
 void ChangeLog::on_visible(std::function<void()> listener) {
   std::lock_guard lock(mu_);
-  listeners_.push_back(std::move(listener));
+  auto listeners = listeners_ ? std::make_shared<std::vector<std::function<void()>>>(*listeners_)
+                              : std::make_shared<std::vector<std::function<void()>>>();
+  listeners->push_back(std::move(listener));
+  listeners_ = std::move(listeners);
 }
 
 void ChangeLog::notify_listeners() {
-  std::vector<std::function<void()>> listeners;
+  std::shared_ptr<const std::vector<std::function<void()>>> listeners;
   {
     std::lock_guard lock(mu_);
-    if (listeners_.empty()) return;
     listeners = listeners_;
   }
-  for (auto& f : listeners) f();
+  if (listeners) {
+    for (const auto& f : *listeners) f();
+  }
 }
 
 Position ChangeLog::visible_position() const {

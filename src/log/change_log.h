@@ -222,6 +222,9 @@ class ChangeLog {
   // appender in flight waits for data not yet synced, so that one fdatasync covers them all
   // instead of groups alternating in size.
   std::atomic<int> active_appenders_{0};
+  // Set while the sync thread waits for those appenders: only then does one leaving append()
+  // wake it (otherwise each batch would cost the sync thread a context switch for nothing).
+  std::atomic<bool> awaiting_group_{false};
   std::vector<Position> sync_waiters_;  // targets of appenders waiting for an fdatasync
   std::chrono::microseconds last_sync_duration_{0};
   std::optional<Error> failed_;  // set after an fsync failure: the log refuses further appends
@@ -229,7 +232,8 @@ class ChangeLog {
   Lsn last_end_lsn_;
   Lsn durable_end_lsn_;  // last_end_lsn_ as of the last fdatasync
   std::optional<Bytes> last_checkpoint_;
-  std::vector<std::function<void()>> listeners_;
+  // Replaced whole by on_visible(), so that appenders take a reference, not a copy.
+  std::shared_ptr<const std::vector<std::function<void()>>> listeners_;
   LogStats counters_;
   std::uint64_t recovered_truncated_bytes_ = 0;
   std::string torn_tail_reason_;
