@@ -99,13 +99,25 @@ void EncodedEntryCache::insert(std::uint64_t view_id, Lsn end_lsn,
   const Key key{view_id, end_lsn.value()};
   if (index_.contains(key)) return;
   size_ += entry->bytes();
-  lru_.push_front(Node{key, std::move(entry)});
+  lru_.push_front(Node{key, std::move(entry), std::nullopt});
   index_[key] = lru_.begin();
   while (size_ > capacity_ && !lru_.empty()) {
     size_ -= lru_.back().entry->bytes();
     index_.erase(lru_.back().key);
     lru_.pop_back();
   }
+}
+
+std::optional<log::EntryMeta> EncodedEntryCache::successor(std::uint64_t view_id,
+                                                           Lsn end_lsn) const {
+  auto it = index_.find(Key{view_id, end_lsn.value()});
+  if (it == index_.end()) return std::nullopt;
+  return it->second->next;
+}
+
+void EncodedEntryCache::link(std::uint64_t view_id, Lsn end_lsn, const log::EntryMeta& next) {
+  auto it = index_.find(Key{view_id, end_lsn.value()});
+  if (it != index_.end() && !it->second->next) it->second->next = next;
 }
 
 }  // namespace pgrelay::server

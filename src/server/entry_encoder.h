@@ -91,6 +91,11 @@ class EncodedEntryCache {
   std::uint64_t view_id(const std::string& view_key);
   std::shared_ptr<const EncodedEntry> find(std::uint64_t view_id, Lsn end_lsn);
   void insert(std::uint64_t view_id, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
+  // The log entry after the one ending at `end_lsn`, as a session that read the two in a row
+  // recorded it (link): sessions with the view can then go from cached entry to cached entry
+  // without reading the log. Linking needs the first entry cached; eviction drops the link.
+  std::optional<log::EntryMeta> successor(std::uint64_t view_id, Lsn end_lsn) const;
+  void link(std::uint64_t view_id, Lsn end_lsn, const log::EntryMeta& next);
   std::size_t capacity() const { return capacity_; }
   std::size_t hits() const { return hits_; }
   std::size_t misses() const { return misses_; }
@@ -112,6 +117,7 @@ class EncodedEntryCache {
   struct Node {
     Key key;
     std::shared_ptr<const EncodedEntry> entry;
+    std::optional<log::EntryMeta> next;  // the entry after this one in the log, once known
   };
   std::size_t capacity_;
   std::size_t size_ = 0;

@@ -13,6 +13,7 @@
 #include "pgoutput/encoder.h"
 #include "server/command_result.h"
 #include "server/entry_encoder.h"
+#include "server/entry_source.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
 
@@ -183,7 +184,8 @@ upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderPara
 }
 
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
-// through the same view, else encoded here and offered to the cache. Frames collect in `out`,
+// through the same view (`cached`, when the entry source took it from there), else encoded
+// here and offered to the cache. Frames collect in `out`,
 // written whenever it passes kWriteChunk, and `produced` grows by their size; an entry larger
 // than kMaxCachedEntry is streamed without being kept, so a huge transaction never sits in
 // memory whole. A publications-changed marker reloads the view where it is (so a cached entry
@@ -193,10 +195,12 @@ constexpr std::size_t kMaxCachedEntry = 4u << 20;
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
                                        const WalsenderParams& params, SessionView& session_view,
                                        log::Cursor& cursor, const log::EntryMeta& meta,
+                                       std::shared_ptr<const EncodedEntry> cached,
                                        SessionRelations& relations, SendTime& send_time, Bytes& out,
                                        std::size_t& produced) {
   const std::uint64_t entry_view_id = session_view.id;
-  if (auto cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn)) {
+  if (!cached) cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn);
+  if (cached) {
     for (std::size_t next = 0; next < cached->messages.size();) {
       const std::size_t before = out.size();
       next = emit(*cached, next, relations, send_time, out);
@@ -298,6 +302,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   Lsn start = std::max(params.requested_start, slot->confirmed_flush);
   auto cursor = hub.log().open_cursor(start);
   if (!cursor.ok()) co_return cursor.error();
+  EntrySource source(hub.log(), std::move(*cursor), hub.encoded_cache());
 
   Bytes copy_both = wire::encode(wire::CopyBothResponse{});
   PGRELAY_CO_TRY(co_await client.write(copy_both));
@@ -344,22 +349,23 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     std::size_t produced = 0;
     SendTime send_time;
     for (int scanned = 0; produced < kWriteChunk && scanned < kEntriesPerPass; ++scanned) {
-      auto meta = (*cursor)->next_entry();
-      if (!meta.ok()) {
-        outcome = meta.error();
+      auto next = source.next(session_view.id);
+      if (!next.ok()) {
+        outcome = next.error();
         break;
       }
-      if (!meta->has_value()) {
+      if (!next->has_value()) {
         caught_up = true;
         break;
       }
-      const log::EntryMeta& m = **meta;
+      const log::EntryMeta& m = (*next)->meta;
       if (m.kind == log::EntryKind::kCheckpoint || m.commit_lsn < start) {
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended = co_await send_entry(client, hub, params, session_view, **cursor, m, relations,
-                                          send_time, out, produced);
+      auto appended =
+          co_await send_entry(client, hub, params, session_view, source.cursor(), m,
+                              std::move((*next)->cached), relations, send_time, out, produced);
       if (!appended.ok()) {
         outcome = appended.error();
         // What the view refuses to send (a publication error Postgres raises while decoding
