@@ -66,15 +66,9 @@ void EncodedEntry::add(const EncodedMessage& m) {
   where.size = static_cast<std::uint32_t>(kFrameHeader + m.payload.size());
   where.tag = m.tag;
   where.oid = m.oid;
-  ByteWriter w(std::move(frames));
-  w.u8('d');
-  w.u32(static_cast<std::uint32_t>(where.size - 1));
-  w.u8('w');
-  w.u64(m.lsn.value());
-  w.u64(m.lsn.value());
-  w.i64(0);  // send time: filled in by the sender
-  w.raw(m.payload);
-  frames = std::move(w).take();
+  // Postgres's walsender sets both XLogData LSNs to the message's; the send time is stamped
+  // by each session as it writes the frame.
+  wire::append_xlog_data_frame(frames, m.lsn, m.lsn, 0, m.payload);
   messages.push_back(where);
 }
 

@@ -12,6 +12,7 @@
 
 #include "log/change_view.h"
 #include "pgoutput/messages.h"
+#include "wire/replication_frames.h"
 
 namespace pgrelay::server {
 
@@ -35,8 +36,8 @@ struct EncodedEntry {
     char tag = 0;
     pgoutput::Oid oid = 0;
   };
-  static constexpr std::size_t kFrameHeader = 1 + 4 + 1 + 8 + 8 + 8;  // 'd' len 'w' lsn lsn time
-  static constexpr std::size_t kSendTimeOffset = 1 + 4 + 1 + 8 + 8;
+  static constexpr std::size_t kFrameHeader = wire::kXLogDataFrameHeader;
+  static constexpr std::size_t kSendTimeOffset = wire::kXLogDataFrameSendTimeOffset;
 
   Bytes frames;
   std::vector<Message> messages;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <variant>
 
@@ -75,6 +76,15 @@ Bytes encode(const XLogData& m);
 Bytes encode(const PrimaryKeepalive& m);
 Bytes encode(const StandbyStatusUpdate& m);
 Bytes encode(const HotStandbyFeedback& m);
+
+// An XLogData message framed as the backend's CopyData ('d', length, payload), appended to
+// `out` in one step: the framing a walsender sends each pgoutput message in, the same bytes as
+// encode(CopyData{encode(XLogData{...})}). The send time sits at a fixed offset in the frame,
+// so a frame built once can be stamped each time it is sent.
+inline constexpr std::size_t kXLogDataFrameHeader = 1 + 4 + 1 + 8 + 8 + 8;
+inline constexpr std::size_t kXLogDataFrameSendTimeOffset = 1 + 4 + 1 + 8 + 8;
+void append_xlog_data_frame(Bytes& out, Lsn wal_start, Lsn wal_end, std::int64_t send_time,
+                            ByteView data);
 
 // Parsers take the whole CopyData payload, type byte included, and check it.
 // A reply-requested byte counts as true when non-zero, as in Postgres.

@@ -61,6 +61,19 @@ TEST(ReplicationFrames, RoundTripThroughCopyDataAndTheFrameReader) {
   EXPECT_EQ(std::get<XLogData>(*parsed), xlog);
 }
 
+TEST(ReplicationFrames, AnAppendedXLogDataFrameIsCopyDataOfTheEncodedXLogData) {
+  const XLogData xlog{Lsn(0x16B3748), Lsn(0x16B3800), 700000000000000, b("Ccommit\x00"s)};
+  Bytes out = b("prefix"s);
+  append_xlog_data_frame(out, xlog.wal_start, xlog.wal_end, xlog.send_time, xlog.data);
+  const Bytes frame = encode(CopyData{encode(xlog)});
+  Bytes expected = b("prefix"s);
+  expected.insert(expected.end(), frame.begin(), frame.end());
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(frame.size(), kXLogDataFrameHeader + xlog.data.size());
+  ByteReader at_stamp(ByteView(frame).subspan(kXLogDataFrameSendTimeOffset));
+  EXPECT_EQ(at_stamp.i64(), xlog.send_time);
+}
+
 TEST(ReplicationFrames, EachFrameRoundTrips) {
   const PrimaryKeepalive k{Lsn(~0ull), 123456789, true};
   auto pk = parse_from_server(encode(k));
