@@ -1,6 +1,8 @@
 // What replication sessions share: the log, the slots, running walsenders, the capture link.
 #include "server/replication_hub.h"
 
+#include <atomic>
+
 namespace pgrelay::server {
 
 ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking,
@@ -13,9 +15,14 @@ ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool
       capture_(capture),
       upstream_(std::move(upstream)) {
   // The log calls this from the appending thread; hop to the executor before touching timers.
+  // One wake-up in the executor's queue serves every append before it runs: the flag is
+  // cleared before the walsenders are woken, and they read the log after that.
   std::weak_ptr<bool> alive = alive_;
-  log_.on_visible([this, alive, executor = executor_] {
-    asio::post(executor, [this, alive] {
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  log_.on_visible([this, alive, queued, executor = executor_] {
+    if (queued->exchange(true)) return;
+    asio::post(executor, [this, alive, queued] {
+      queued->store(false);
       if (alive.lock()) wake_all();
     });
   });
