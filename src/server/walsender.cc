@@ -185,11 +185,11 @@ upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderPara
 
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view (`cached`, when the entry source took it from there), else encoded
-// here and offered to the cache. Frames collect in `out`,
-// written whenever it passes kWriteChunk, and `produced` grows by their size; an entry larger
-// than kMaxCachedEntry is streamed without being kept, so a huge transaction never sits in
-// memory whole. A publications-changed marker reloads the view where it is (so a cached entry
-// that had one was encoded through the view that followed it, and its reader reloads after it).
+// here and offered to the cache. Frames collect in `out`, written whenever it passes
+// kWriteChunk, and `produced` grows by their size; an entry larger than kMaxCachedEntry is
+// streamed without being kept, so a huge transaction never sits in memory whole. A
+// publications-changed marker reloads the view where it is (so a cached entry that had one was
+// encoded through the view that followed it, and its reader reloads after it).
 constexpr std::size_t kMaxCachedEntry = 4u << 20;
 
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
