@@ -102,11 +102,15 @@ void EncodedEntryCache::insert(std::uint64_t view_id, Lsn end_lsn,
   }
 }
 
-std::optional<log::EntryMeta> EncodedEntryCache::successor(std::uint64_t view_id,
-                                                           Lsn end_lsn) const {
+std::optional<EncodedEntryCache::Followed> EncodedEntryCache::follow(std::uint64_t view_id,
+                                                                     Lsn end_lsn) {
   auto it = index_.find(Key{view_id, end_lsn.value()});
-  if (it == index_.end()) return std::nullopt;
-  return it->second->next;
+  if (it == index_.end() || !it->second->next) return std::nullopt;
+  log::EntryMeta meta = *it->second->next;
+  auto entry = find(view_id, meta.end_lsn);
+  if (!entry) return std::nullopt;
+  ++follows_;
+  return Followed{std::move(meta), std::move(entry)};
 }
 
 void EncodedEntryCache::link(std::uint64_t view_id, Lsn end_lsn, const log::EntryMeta& next) {

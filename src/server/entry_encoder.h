@@ -92,14 +92,20 @@ class EncodedEntryCache {
   std::uint64_t view_id(const std::string& view_key);
   std::shared_ptr<const EncodedEntry> find(std::uint64_t view_id, Lsn end_lsn);
   void insert(std::uint64_t view_id, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
-  // The log entry after the one ending at `end_lsn`, as a session that read the two in a row
-  // recorded it (link): sessions with the view can then go from cached entry to cached entry
-  // without reading the log. Linking needs the first entry cached; eviction drops the link.
-  std::optional<log::EntryMeta> successor(std::uint64_t view_id, Lsn end_lsn) const;
+  // Links: a session that read two entries in a row records that `next` follows the entry
+  // ending at `end_lsn` (which must be cached; eviction drops the link). Sessions with the
+  // view then go from cached entry to cached entry without reading the log: follow() gives
+  // the next entry's metadata and frames when both the link and that entry are cached.
+  struct Followed {
+    log::EntryMeta meta;
+    std::shared_ptr<const EncodedEntry> entry;
+  };
   void link(std::uint64_t view_id, Lsn end_lsn, const log::EntryMeta& next);
+  std::optional<Followed> follow(std::uint64_t view_id, Lsn end_lsn);
   std::size_t capacity() const { return capacity_; }
   std::size_t hits() const { return hits_; }
   std::size_t misses() const { return misses_; }
+  std::size_t follows() const { return follows_; }  // entries given by follow()
 
  private:
   struct Key {
@@ -122,7 +128,7 @@ class EncodedEntryCache {
   };
   std::size_t capacity_;
   std::size_t size_ = 0;
-  std::size_t hits_ = 0, misses_ = 0;
+  std::size_t hits_ = 0, misses_ = 0, follows_ = 0;
   std::unordered_map<std::string, std::uint64_t> view_ids_;
   std::list<Node> lru_;  // front = most recent
   std::unordered_map<Key, std::list<Node>::iterator, KeyHash> index_;

@@ -5,14 +5,12 @@ namespace pgrelay::server {
 
 Result<std::optional<EntrySource::Next>> EntrySource::next(std::uint64_t view_id) {
   if (last_end_.is_valid()) {
-    if (auto successor = cache_.successor(view_id, last_end_)) {
-      if (auto cached = cache_.find(view_id, successor->end_lsn)) {
-        last_commit_ = successor->commit_lsn;
-        last_end_ = successor->end_lsn;
-        ++cursor_behind_;
-        ++taken_from_cache_;
-        return std::optional<Next>(Next{std::move(*successor), std::move(cached)});
-      }
+    if (auto followed = cache_.follow(view_id, last_end_)) {
+      last_commit_ = followed->meta.commit_lsn;
+      last_end_ = followed->meta.end_lsn;
+      ++cursor_behind_;
+      ++taken_from_cache_;
+      return std::optional<Next>(Next{std::move(followed->meta), std::move(followed->entry)});
     }
   }
   if (cursor_behind_ > 0) PGRELAY_TRY(bring_cursor_level());

@@ -139,10 +139,22 @@ struct Received {
   std::vector<Lsn> wal_starts;
   std::vector<std::int64_t> send_times;
 };
-Received receive(PGconn* conn, int commits,
-                 std::chrono::seconds timeout = std::chrono::seconds(10)) {
+// The first column of each Insert received, in order.
+std::vector<std::string> inserted_ids(const Received& received) {
+  std::vector<std::string> ids;
+  for (const auto& m : received.messages) {
+    if (auto* i = std::get_if<pgoutput::Insert>(&m)) ids.push_back(i->new_tuple.columns[0].bytes);
+  }
+  return ids;
+}
+
+// Reads until `commits` Commits arrived or `timeout` passed. A stream read in several calls
+// passes its own `decoder`, which remembers the Relations sent earlier.
+Received receive(PGconn* conn, int commits, std::chrono::seconds timeout = std::chrono::seconds(10),
+                 pgoutput::Decoder* stream_decoder = nullptr) {
   Received out;
-  pgoutput::Decoder decoder(pgoutput::DecoderOptions{1, false});
+  pgoutput::Decoder own_decoder(pgoutput::DecoderOptions{1, false});
+  pgoutput::Decoder& decoder = stream_decoder != nullptr ? *stream_decoder : own_decoder;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   int seen = 0;
   while (seen < commits && std::chrono::steady_clock::now() < deadline) {
@@ -290,11 +302,7 @@ TEST_F(ReplicationTest, SlotWithExportedSnapshotAndStreaming) {
   PQclear(res);
   Received again = receive(conn, 1);
   ASSERT_FALSE(again.messages.empty());
-  std::vector<std::string> ids;
-  for (const auto& m : again.messages) {
-    if (auto* i = std::get_if<pgoutput::Insert>(&m)) ids.push_back(i->new_tuple.columns[0].bytes);
-  }
-  EXPECT_EQ(ids, std::vector<std::string>{"3"});
+  EXPECT_EQ(inserted_ids(again), std::vector<std::string>{"3"});
   PQfinish(conn);
   (void)consistent;
 }
@@ -308,21 +316,37 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
                                "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
                            PGRES_TUPLES_OK));
   }
-  for (int i = 0; i < 5; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 100 + i, 800 + i);
-  std::size_t hits_before = relay_->hub().encoded_cache().hits();
+  // More transactions than EntrySource::kReadPastLimit, so that the second consumer's cursor,
+  // left behind while it follows the first one's links, is replaced by a seek at the end.
+  constexpr int kTransactions = 100;
+  for (int i = 0; i < kTransactions; ++i) {
+    append_insert(relay_->log(), oid_of("t1"), "t1", 100 + i, 800 + i);
+  }
+  const auto& cache = relay_->hub().encoded_cache();
+  const std::size_t hits_before = cache.hits();
+  const std::size_t follows_before = cache.follows();
   std::vector<Received> got;
+  std::vector<pgoutput::Decoder> decoders(2, pgoutput::Decoder(pgoutput::DecoderOptions{1, false}));
   for (auto [conn, name] : {std::pair{a, "s_share_a"}, std::pair{b, "s_share_b"}}) {
     ASSERT_TRUE(command_ok(conn,
                            "START_REPLICATION SLOT \"" + std::string(name) +
                                "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')",
                            PGRES_COPY_BOTH));
-    got.push_back(receive(conn, 5));
+    got.push_back(receive(conn, kTransactions, std::chrono::seconds(10), &decoders[got.size()]));
   }
-  // Same messages for both; the second consumer was served from the first one's encoding.
+  // Same messages for both; the second consumer was served from the first one's encoding,
+  // all but its first transaction through links, without reading the log.
   ASSERT_FALSE(got[0].messages.empty());
   EXPECT_EQ(got[0].messages, got[1].messages);
   EXPECT_EQ(got[0].wal_starts, got[1].wal_starts);
-  EXPECT_GE(relay_->hub().encoded_cache().hits(), hits_before + 5);
+  EXPECT_GE(cache.hits(), hits_before + kTransactions);
+  EXPECT_GE(cache.follows(), follows_before + kTransactions - 1);
+  // What comes next is read from the log again by both, after the second one's cursor seek.
+  append_insert(relay_->log(), oid_of("t1"), "t1", 100 + kTransactions, 900);
+  for (std::size_t c = 0; c < 2; ++c) {
+    Received more = receive(c == 0 ? a : b, 1, std::chrono::seconds(10), &decoders[c]);
+    EXPECT_EQ(inserted_ids(more), std::vector<std::string>{std::to_string(100 + kTransactions)});
+  }
   PQfinish(a);
   PQfinish(b);
 }
