@@ -16,6 +16,7 @@
 #include "upstream/upstream_login.h"
 #include "wire/backend_stream_filter.h"
 #include "wire/frontend_messages.h"
+#include "wire/messages.h"
 
 namespace pgrelay::server {
 namespace {
@@ -144,7 +145,7 @@ void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, Byt
       }
     }
   }
-  upstream::append_frame(out, tag, body);
+  wire::append_frame(out, tag, body);
 }
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,

@@ -1,21 +1,15 @@
 // Postgres protocol frames over a Transport: reads whole frames, writes encoded messages.
 #include "upstream/message_stream.h"
 
+#include "wire/messages.h"
+
 namespace pgrelay::upstream {
 
 Bytes encode_frame(char tag, ByteView body) {
   Bytes out;
   out.reserve(body.size() + 5);
-  append_frame(out, tag, body);
+  wire::append_frame(out, tag, body);
   return out;
-}
-
-void append_frame(Bytes& out, char tag, ByteView body) {
-  ByteWriter w(std::move(out));
-  w.u8(static_cast<std::uint8_t>(tag));
-  w.u32(static_cast<std::uint32_t>(body.size() + 4));
-  w.raw(body);
-  out = std::move(w).take();
 }
 
 awaitable<Result<wire::Frame>> MessageStream::read_frame() {

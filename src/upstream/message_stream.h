@@ -10,10 +10,8 @@
 
 namespace pgrelay::upstream {
 
-// A regular-phase frame as bytes: tag, length, body.
+// A regular-phase frame as bytes: tag, length, body (wire::append_frame appends one).
 Bytes encode_frame(char tag, ByteView body);
-// The same, appended to `out`: relaying a frame then copies its bytes once.
-void append_frame(Bytes& out, char tag, ByteView body);
 
 class MessageStream {
  public:

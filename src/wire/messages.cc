@@ -13,6 +13,18 @@ std::string describe_tag(char tag) {
   return buf;
 }
 
+void append_frame_header(ByteWriter& w, char tag, std::size_t body_size) {
+  w.u8(static_cast<std::uint8_t>(tag));
+  w.u32(static_cast<std::uint32_t>(body_size + 4));
+}
+
+void append_frame(Bytes& out, char tag, ByteView body) {
+  ByteWriter w(std::move(out));
+  append_frame_header(w, tag, body.size());
+  w.raw(body);
+  out = std::move(w).take();
+}
+
 namespace detail {
 
 MessageWriter::MessageWriter(char tag, std::size_t body_hint) {

@@ -51,6 +51,12 @@ Bytes encode(const CopyDone& m);
 Result<CopyData> parse_copy_data(ByteView body);
 Result<CopyDone> parse_copy_done(ByteView body);
 
+// A regular-phase frame whose body is known: its header (tag, then a length that counts itself
+// and `body_size` bytes), or the whole frame appended to `out`, so that relaying or
+// pre-framing a message copies its bytes once.
+void append_frame_header(ByteWriter& w, char tag, std::size_t body_size);
+void append_frame(Bytes& out, char tag, ByteView body);
+
 // A tag as it reads in an error message: "Q" when printable, else its number.
 std::string describe_tag(char tag);
 

@@ -74,8 +74,7 @@ Bytes encode(const XLogData& m) {
 void append_xlog_data_frame(Bytes& out, Lsn wal_start, Lsn wal_end, std::int64_t send_time,
                             ByteView data) {
   ByteWriter w(std::move(out));
-  w.u8('d');  // CopyData; its length counts itself, not the type byte
-  w.u32(static_cast<std::uint32_t>(kXLogDataFrameHeader - 1 + data.size()));
+  append_frame_header(w, CopyData::kTag, kXLogDataFrameHeader - 5 + data.size());
   w.u8(XLogData::kType);
   w.u64(wal_start.value());
   w.u64(wal_end.value());

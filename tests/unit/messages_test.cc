@@ -172,6 +172,14 @@ TEST(FrontendMessages, ByteLayouts) {
                                                               "A\x00\xff\xff\xff\xff"s));
 }
 
+TEST(FrontendMessages, AppendedFramesAreTheEncodedMessagesAfterWhatWasThere) {
+  Bytes out = b("xy");
+  append_frame(out, 'Q', b("SELECT 1\x00"s));
+  append_frame(out, 'S', {});
+  EXPECT_EQ(out, b("xyQ\x00\x00\x00\x0dSELECT 1\x00S\x00\x00\x00\x04"s));
+  EXPECT_EQ(Bytes(out.begin() + 2, out.end() - 5), encode(Query{"SELECT 1"}));
+}
+
 // ---- Frontend malformed input ----
 
 TEST(FrontendMessages, UnknownTagIsNamedAsPostgresDoes) {
