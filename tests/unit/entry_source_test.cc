@@ -126,22 +126,20 @@ TEST_F(EntrySourceTest, AFollowerTakesWhatTheLeaderLinkedAndReadsTheRestFromTheL
 
 TEST_F(EntrySourceTest, WhereTheLinksBreakTheCursorIsBroughtLevelBothWays) {
   append(1, 200);
-  // 1..100 encoded and linked, 101.. not: the second source takes 99 from the cache (more
-  // than kReadPastLimit), then a new cursor at entry 101 carries on.
-  EncodedEntryCache cache(64u << 20);
-  EntrySource first = source(cache);
-  EXPECT_EQ(take(first, cache, 100), commits_of(1, 100));
-  EntrySource second = source(cache);
-  EXPECT_EQ(drain(second, cache), commits_of(1, 200));
-  EXPECT_EQ(second.taken_from_cache(), 99u);
-
-  // 1..20 linked, then an unlinked entry: the cursor reads past the 19 taken from the cache.
-  EncodedEntryCache other(64u << 20);
-  EntrySource a = source(other);
-  EXPECT_EQ(take(a, other, 20), commits_of(1, 20));
-  EntrySource b = source(other);
-  EXPECT_EQ(drain(b, other), commits_of(1, 200));
-  EXPECT_EQ(b.taken_from_cache(), 19u);
+  // A first source takes 1..`linked` (encoding and linking them), a second then reads the whole
+  // log: all of 2..`linked` from the cache, the rest from its cursor, brought level first.
+  auto entries_followed = [&](std::size_t linked) {
+    EncodedEntryCache cache(64u << 20);
+    EntrySource first = source(cache);
+    EXPECT_EQ(take(first, cache, linked), commits_of(1, linked));
+    EntrySource second = source(cache);
+    EXPECT_EQ(drain(second, cache), commits_of(1, 200));
+    return second.taken_from_cache();
+  };
+  // More than kReadPastLimit: a new cursor at entry 101 carries on.
+  EXPECT_EQ(entries_followed(100), 99u);
+  // Fewer: the cursor reads past the 19 taken from the cache.
+  EXPECT_EQ(entries_followed(20), 19u);
 }
 
 TEST_F(EntrySourceTest, EvictionBreaksLinksWithoutLosingOrRepeatingAnEntry) {
