@@ -82,6 +82,16 @@ Status install_publication_marker(PgSession& s, const std::string& schema,
   own_array += "]::text[]";
   const std::string& q = *quoted;
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + q + ".publication_state (fingerprint text)"));
+  // One row, updated in place: FULL gives it the replica identity that a FOR ALL TABLES
+  // publication demands of every table it holds before an UPDATE may run (an ALTER rather than a
+  // key in the CREATE, so that installations made before it get it too).
+  auto identity = s.exec(
+      "SELECT c.relreplident FROM pg_catalog.pg_class c WHERE c.oid = $1::pg_catalog.regclass",
+      {q + ".publication_state"});
+  if (!identity.ok()) return identity.error();
+  if (identity->value(0, 0) != "f") {
+    PGRELAY_TRY(s.run("ALTER TABLE " + q + ".publication_state REPLICA IDENTITY FULL"));
+  }
   PGRELAY_TRY(s.run(fingerprint_function(q, own_array)));
   PGRELAY_TRY(s.run(note_function(q, *prefix)));
   PGRELAY_TRY(s.run("REVOKE ALL ON FUNCTION " + q + ".note_publications(boolean) FROM PUBLIC"));

@@ -293,14 +293,19 @@ int run_install(const CaptureOptions& options) {
 constexpr const char* kOwnRelations =
     "{changes,captured,layouts,sources,wakeup,meta,publication_state,catalog_meta,catalog_slots,"
     "catalog_walsenders,catalog_server,catalog_settings,catalog_requests,pg_replication_slots,"
-    "pg_stat_replication,pg_settings}";
+    "pg_stat_replication,pg_settings,pg_publication_tables}";
 constexpr const char* kOwnFunctions =
     "{current_layout,remove_table,refresh_table,sync,truncate_begin,truncate_end,"
     "capture_truncate,emit_message,on_ddl,current_setting,pg_current_wal_lsn,"
     "pg_current_wal_insert_lsn,pg_current_wal_flush_lsn,catalog_create_slot,"
     "pg_create_logical_replication_slot,pg_drop_replication_slot,catalog_terminate_walsender,"
     "pg_terminate_backend,note_publications,publications_fingerprint,native_mirror,"
-    "native_on_ddl}";
+    "native_on_ddl,catalog_setting,catalog_log_head,pg_get_publication_tables,catalog_caller,"
+    "catalog_check_slot_permissions,catalog_drop_slot,catalog_walsender_role,"
+    "catalog_create_slot_checked,catalog_drop_slot_checked,catalog_terminate_walsender_checked,"
+    "relay_create_logical_replication_slot,relay_drop_replication_slot,relay_terminate_backend,"
+    "denied_create_logical_replication_slot,denied_drop_replication_slot,"
+    "denied_terminate_backend}";
 
 // Objects of the schema that pgrelay did not create (sequences and indexes belonging to a
 // table, and row and array types, go with their owners and are not listed).

@@ -640,9 +640,10 @@ int run_serve(const ServeOptions& options) {
   context.upstream_tls = upstream_tls->get();
 
   server::SqlRewriter rewriter(server::RewriteOptions{options.schema});
-  context.rewrite = [&rewriter](std::string_view sql) -> std::optional<std::string> {
+  context.rewrite = [&rewriter](std::string_view sql,
+                                server::SlotAccess access) -> std::optional<std::string> {
     if (!rewriter.may_need_rewrite(sql)) return std::nullopt;
-    auto rewritten = rewriter.rewrite(sql);
+    auto rewritten = rewriter.rewrite(sql, access);
     if (!rewritten.ok()) return std::nullopt;
     return *rewritten;
   };

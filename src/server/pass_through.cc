@@ -126,18 +126,19 @@ upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelaySt
 
 // The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
 // SQL names a virtualized object, else the original bytes.
-void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, Bytes& out) {
+void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, SlotAccess access,
+                         Bytes& out) {
   if (rewrite && (tag == 'Q' || tag == 'P')) {
     if (tag == 'Q') {
       if (auto query = wire::parse_query(body); query.ok()) {
-        if (auto sql = rewrite(query->sql)) {
+        if (auto sql = rewrite(query->sql, access)) {
           Bytes encoded = wire::encode(wire::Query{*sql});
           out.insert(out.end(), encoded.begin(), encoded.end());
           return;
         }
       }
     } else if (auto parse = wire::parse_parse(body); parse.ok()) {
-      if (auto sql = rewrite(parse->sql)) {
+      if (auto sql = rewrite(parse->sql, access)) {
         parse->sql = *sql;
         Bytes encoded = wire::encode(*parse);
         out.insert(out.end(), encoded.begin(), encoded.end());
@@ -150,8 +151,9 @@ void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, Byt
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
-                                                   const ServerContext& context, RelayState& state,
-                                                   asio::steady_timer& wake, Counter* relayed) {
+                                                   const ServerContext& context, SlotAccess access,
+                                                   RelayState& state, asio::steady_timer& wake,
+                                                   Counter* relayed) {
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
@@ -177,14 +179,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
-    append_client_frame(frame->tag, frame->body, rewrite, batch);
+    append_client_frame(frame->tag, frame->body, rewrite, access, batch);
     state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
     while (!terminate && batch.size() < kBatchBytes) {
       auto more = client.reader().next_view();
       if (!more.ok() || !more->has_value()) break;
-      append_client_frame((*more)->tag, (*more)->body, rewrite, batch);
+      append_client_frame((*more)->tag, (*more)->body, rewrite, access, batch);
       state.count_client_frame((*more)->tag);
       terminate = (*more)->tag == 'X';
     }
@@ -198,8 +200,9 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
 }  // namespace
 
 upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
-                                           const wire::StartupMessage& startup,
+                                           const wire::StartupMessage& startup, const User& user,
                                            ServerContext& context) {
+  const SlotAccess access = user.replication ? SlotAccess::kGranted : SlotAccess::kDenied;
   auto link =
       co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
                                           upstream_parameters(startup), context.upstream_tls);
@@ -244,8 +247,8 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   if (greeted) {
     co_await (copy_upstream_to_client(link->stream.transport(), client.transport(),
                                       std::move(buffer), kept, state, wake, to_client) ||
-              relay_client_to_upstream(client, link->stream.transport(), context, state, wake,
-                                       to_upstream) ||
+              relay_client_to_upstream(client, link->stream.transport(), context, access, state,
+                                       wake, to_upstream) ||
               end_when_idle(client, state, wake));
   }
   context.shutdown.unsubscribe(token);

@@ -9,9 +9,10 @@ namespace pgrelay::server {
 
 // After authentication: logs in to the upstream for the client's database, reports the
 // upstream's ParameterStatus values and pgrelay's BackendKeyData, then relays until either
-// side closes. Upstream errors at login reach the client as they are.
+// side closes. Upstream errors at login reach the client as they are. `user`'s REPLICATION right
+// decides which slot functions its statements reach (SlotAccess).
 upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
-                                           const wire::StartupMessage& startup,
+                                           const wire::StartupMessage& startup, const User& user,
                                            ServerContext& context);
 
 }  // namespace pgrelay::server

@@ -188,7 +188,8 @@ upstream::awaitable<Status> ReplicationSession::relay_sql(const std::string& sql
                                                           bool include_ready) {
   std::string text = sql;
   if (context_.rewrite) {
-    if (auto rewritten = context_.rewrite(sql)) text = *rewritten;
+    // Only users with the REPLICATION right open replication sessions.
+    if (auto rewritten = context_.rewrite(sql, SlotAccess::kGranted)) text = *rewritten;
   }
   Bytes query = wire::encode(wire::Query{text});
   PGRELAY_CO_TRY(co_await sql_->stream.write(query));

@@ -340,7 +340,7 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
     co_await run_replication_session(stream, *startup, **user, context_);
   } else {
     OpenSession open(context_, kind, host, startup->user(), startup->database());
-    co_await run_pass_through(stream, *startup, context_);
+    co_await run_pass_through(stream, *startup, **user, context_);
   }
   stream.transport().close();
 }

@@ -15,6 +15,7 @@
 #include "server/metrics.h"
 #include "server/replication_hub.h"
 #include "server/shutdown_signal.h"
+#include "server/sql_rewrite.h"
 #include "upstream/upstream_config.h"
 #include "wire/backend_messages.h"
 
@@ -44,8 +45,9 @@ class CancelRegistry {
   std::map<std::pair<int, int>, std::optional<wire::BackendKeyData>> keys_;
 };
 
-// Rewrites a statement that names virtualized catalog objects; nullopt leaves it unchanged.
-using SqlRewrite = std::function<std::optional<std::string>(std::string_view)>;
+// Rewrites a statement that names virtualized catalog objects, for a session of a user with or
+// without the REPLICATION right; nullopt leaves it unchanged.
+using SqlRewrite = std::function<std::optional<std::string>(std::string_view, SlotAccess)>;
 
 struct ServerContext {
   upstream::UpstreamConfig upstream;

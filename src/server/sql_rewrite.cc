@@ -20,30 +20,53 @@ namespace pgrelay::server {
 namespace {
 
 // Relations whose views pgrelay keeps under the same name in its schema.
-constexpr std::array<std::string_view, 3> kRelations = {"pg_replication_slots",
-                                                        "pg_stat_replication", "pg_settings"};
+// pg_publication_tables leaves out pgrelay's own schema and publications.
+constexpr std::array<std::string_view, 4> kRelations = {
+    "pg_replication_slots", "pg_stat_replication", "pg_settings", "pg_publication_tables"};
 
 struct FunctionTarget {
   std::string_view name;
-  std::string_view replacement;  // the function's name in pgrelay's schema
+  // The function's name in pgrelay's schema, for each SlotAccess (see sql_rewrite.h).
+  std::string_view checked;
+  std::string_view granted;
+  std::string_view denied;
 };
-constexpr std::array<FunctionTarget, 8> kFunctions = {{
-    {"pg_create_logical_replication_slot", "pg_create_logical_replication_slot"},
-    {"pg_drop_replication_slot", "pg_drop_replication_slot"},
-    {"pg_terminate_backend", "pg_terminate_backend"},
-    {"pg_logical_emit_message", "emit_message"},
-    {"pg_current_wal_lsn", "pg_current_wal_lsn"},
-    {"pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn"},
-    {"pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn"},
-    {"current_setting", "current_setting"},
+constexpr std::array<FunctionTarget, 9> kFunctions = {{
+    {"pg_create_logical_replication_slot", "pg_create_logical_replication_slot",
+     "relay_create_logical_replication_slot", "denied_create_logical_replication_slot"},
+    {"pg_drop_replication_slot", "pg_drop_replication_slot", "relay_drop_replication_slot",
+     "denied_drop_replication_slot"},
+    {"pg_terminate_backend", "pg_terminate_backend", "relay_terminate_backend",
+     "denied_terminate_backend"},
+    {"pg_logical_emit_message", "emit_message", "emit_message", "emit_message"},
+    {"pg_current_wal_lsn", "pg_current_wal_lsn", "pg_current_wal_lsn", "pg_current_wal_lsn"},
+    {"pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn",
+     "pg_current_wal_insert_lsn"},
+    {"pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn",
+     "pg_current_wal_flush_lsn"},
+    {"current_setting", "current_setting", "current_setting", "current_setting"},
+    {"pg_get_publication_tables", "pg_get_publication_tables", "pg_get_publication_tables",
+     "pg_get_publication_tables"},
 }};
+
+std::string_view replacement(const FunctionTarget& target, SlotAccess access) {
+  switch (access) {
+    case SlotAccess::kGranted:
+      return target.granted;
+    case SlotAccess::kDenied:
+      return target.denied;
+    case SlotAccess::kChecked:
+      break;
+  }
+  return target.checked;
+}
 
 // Settings whose SHOW becomes a SELECT of pgrelay's current_setting().
 constexpr std::array<std::string_view, 4> kShowSettings = {"wal_level", "max_replication_slots",
                                                            "max_wal_senders", "wal_sender_timeout"};
 
 // Every statement that needs a rewrite contains one of these (ASCII case-insensitively).
-constexpr std::array<std::string_view, 13> kNeedles = {"pg_replication_slots",
+constexpr std::array<std::string_view, 15> kNeedles = {"pg_replication_slots",
                                                        "pg_stat_replication",
                                                        "pg_settings",
                                                        "pg_create_logical_replication_slot",
@@ -55,7 +78,9 @@ constexpr std::array<std::string_view, 13> kNeedles = {"pg_replication_slots",
                                                        "wal_level",
                                                        "max_replication_slots",
                                                        "max_wal_senders",
-                                                       "wal_sender_timeout"};
+                                                       "wal_sender_timeout",
+                                                       "pg_publication_tables",
+                                                       "pg_get_publication_tables"};
 
 // Bodies of functions created inside function bodies are rewritten to this depth.
 constexpr int kMaxBodyDepth = 4;
@@ -279,8 +304,8 @@ const char* node_string(const PgQuery__Node* node) {
 
 class TextRewriter {
  public:
-  TextRewriter(const std::string& quoted_schema, int depth)
-      : quoted_schema_(quoted_schema), depth_(depth) {}
+  TextRewriter(const std::string& quoted_schema, SlotAccess access, int depth)
+      : quoted_schema_(quoted_schema), access_(access), depth_(depth) {}
 
   // Statement text → rewritten text, nullopt to leave it, or an error from the parser's output.
   Result<std::optional<std::string>> run(std::string_view sql) {
@@ -331,6 +356,9 @@ class TextRewriter {
     if (d == &pg_query__column_ref__descriptor) {
       on_column_ref(*reinterpret_cast<const PgQuery__ColumnRef*>(m));
       return;
+    }
+    if (d == &pg_query__res_target__descriptor) {
+      on_res_target(*reinterpret_cast<const PgQuery__ResTarget*>(m));
     }
     if (d == &pg_query__func_call__descriptor) {
       on_func_call(*reinterpret_cast<const PgQuery__FuncCall*>(m));
@@ -439,6 +467,35 @@ class TextRewriter {
     if (i != Tokens::npos && catalog_qualified(i, rel)) replace_token(i, quoted_schema_);
   }
 
+  // An unnamed output column that is a call: remembered, so that a call given another name keeps
+  // the column name Postgres gives it (the function's name; clients read results by it).
+  void on_res_target(const PgQuery__ResTarget& target) {
+    if ((target.name == nullptr || target.name[0] == '\0') && target.val != nullptr &&
+        target.val->node_case == PG_QUERY__NODE__NODE_FUNC_CALL) {
+      named_by_call_.push_back(target.val->func_call);
+    }
+  }
+
+  // The token closing the argument list of the call whose name starts at token i, or npos.
+  std::size_t closing_paren(std::size_t i) const {
+    while (i < tokens_->size() && tokens_->kind(i) != PG_QUERY__TOKEN__ASCII_40) ++i;
+    int depth = 0;
+    for (; i < tokens_->size(); ++i) {
+      if (tokens_->kind(i) == PG_QUERY__TOKEN__ASCII_40) ++depth;
+      if (tokens_->kind(i) == PG_QUERY__TOKEN__ASCII_41 && --depth == 0) return i;
+    }
+    return Tokens::npos;
+  }
+
+  void keep_column_name(const PgQuery__FuncCall& call, std::size_t i, std::string_view name) {
+    if (std::find(named_by_call_.begin(), named_by_call_.end(), &call) == named_by_call_.end())
+      return;
+    const std::size_t close = closing_paren(i);
+    if (close == Tokens::npos) return;
+    edits_.push_back(
+        Edit{(*tokens_)[close].end, (*tokens_)[close].end, " AS " + quote_identifier(name)});
+  }
+
   void on_func_call(const PgQuery__FuncCall& call) {
     if (call.n_funcname == 0 || call.n_funcname > 2) return;
     const char* name = node_string(call.funcname[call.n_funcname - 1]);
@@ -446,12 +503,14 @@ class TextRewriter {
     if (target == nullptr) return;
     const std::size_t i = tokens_->at(call.location);
     if (i == Tokens::npos) return;
+    const std::string_view to = replacement(*target, access_);
     if (call.n_funcname == 1) {
       if (!tokens_->is_identifier(i, target->name)) return;
-      if (target->replacement == target->name) {
+      if (to == target->name) {
         insert_before(i, prefix());
       } else {
-        replace_token(i, prefix() + std::string(target->replacement));
+        replace_token(i, prefix() + std::string(to));
+        keep_column_name(call, i, target->name);
       }
       return;
     }
@@ -459,7 +518,8 @@ class TextRewriter {
     if (schema == nullptr || std::string_view(schema) != "pg_catalog") return;
     if (!catalog_qualified(i, target->name)) return;
     replace_token(i, quoted_schema_);
-    if (target->replacement != target->name) replace_token(i + 2, std::string(target->replacement));
+    if (to != target->name) replace_token(i + 2, std::string(to));
+    if (to != target->name) keep_column_name(call, i, target->name);
   }
 
   // SHOW wal_level → SELECT "<schema>".current_setting('wal_level') AS wal_level.
@@ -527,7 +587,7 @@ class TextRewriter {
     if (language == "plpgsql") {
       rewritten = rewrite_plpgsql(body);
     } else if (language == "sql") {
-      TextRewriter inner(quoted_schema_, depth_ + 1);
+      TextRewriter inner(quoted_schema_, access_, depth_ + 1);
       auto r = inner.run(body);
       if (!r.ok()) {
         error_ = r.error();
@@ -572,13 +632,14 @@ class TextRewriter {
       if (t.kind(i + 1) == PG_QUERY__TOKEN__ASCII_40) {
         const FunctionTarget* target = find_function(*id);
         if (target == nullptr) continue;
-        const bool renamed = target->replacement != target->name;
+        const std::string_view to = replacement(*target, access_);
+        const bool renamed = to != target->name;
         if (qualified_by_catalog(i)) {
           replace(i - 2, quoted_schema_);
-          if (renamed) replace(i, std::string(target->replacement));
+          if (renamed) replace(i, std::string(to));
         } else if (!dotted_before) {
           edits.push_back(Edit{t[i].start, renamed ? t[i].end : t[i].start,
-                               prefix() + (renamed ? std::string(target->replacement) : "")});
+                               prefix() + (renamed ? std::string(to) : "")});
         }
         continue;
       }
@@ -597,11 +658,13 @@ class TextRewriter {
   }
 
   const std::string& quoted_schema_;
+  SlotAccess access_;
   int depth_;
   std::string text_;
   std::optional<Tokens> tokens_;
   std::vector<Edit> edits_;
   std::vector<std::string> ctes_;
+  std::vector<const PgQuery__FuncCall*> named_by_call_;
   std::optional<Error> error_;
   bool too_deep_ = false;
 };
@@ -615,9 +678,10 @@ bool SqlRewriter::may_need_rewrite(std::string_view sql) const {
   return mentions_catalog(sql);
 }
 
-Result<std::optional<std::string>> SqlRewriter::rewrite(std::string_view sql) const {
+Result<std::optional<std::string>> SqlRewriter::rewrite(std::string_view sql,
+                                                        SlotAccess access) const {
   if (!may_need_rewrite(sql)) return std::optional<std::string>();
-  TextRewriter rewriter(quoted_schema_, 0);
+  TextRewriter rewriter(quoted_schema_, access, 0);
   return rewriter.run(sql);
 }
 

@@ -1,4 +1,5 @@
-// Redirects the catalog names pgrelay answers for (slots, walsenders, settings) to its schema.
+// Redirects the catalog names pgrelay answers for (slots, walsenders, settings, published
+// tables) to its schema.
 #pragma once
 
 #include <optional>
@@ -8,6 +9,15 @@
 #include "base/result.h"
 
 namespace pgrelay::server {
+
+// Which of pgrelay's slot functions (create, drop, terminate a walsender) a statement reaches.
+// Every session through pgrelay runs upstream as pgrelay's own role, so Postgres cannot tell
+// its users apart: pgrelay decides by the user's REPLICATION right.
+enum class SlotAccess {
+  kChecked,  // pg_*: Postgres's own checks on the calling upstream role (direct sessions)
+  kGranted,  // relay_*: a pgrelay user with the REPLICATION right
+  kDenied,   // denied_*: one without it gets Postgres's refusal (42501)
+};
 
 struct RewriteOptions {
   // The upstream schema holding pgrelay's virtual catalog (views and functions).
@@ -33,7 +43,8 @@ class SqlRewriter {
   // The rewritten text, or nullopt when the text must pass unchanged (nothing to redirect, or the
   // text does not parse: the upstream reports the syntax error itself). An error only when the
   // parser's output is unusable.
-  Result<std::optional<std::string>> rewrite(std::string_view sql) const;
+  Result<std::optional<std::string>> rewrite(std::string_view sql,
+                                             SlotAccess access = SlotAccess::kChecked) const;
 
   const RewriteOptions& options() const { return options_; }
 

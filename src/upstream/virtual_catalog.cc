@@ -3,6 +3,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <utility>
@@ -98,12 +99,42 @@ CREATE VIEW @S@.pg_replication_slots AS
     FROM @S@.catalog_slots l
     LEFT JOIN pg_catalog.pg_database d ON l.datoid = d.oid;
 
+-- As Postgres 15 shows it: pid, role and application_name to everyone; the connection columns
+-- to roles with the privileges of the walsender's role or of pg_read_all_stats; the replication
+-- columns only to the latter (pg_stat_get_wal_senders). current_user is the querying role.
 CREATE VIEW @S@.pg_stat_replication AS
-  SELECT w.pid, w.usesysid, w.usename, w.application_name, w.client_addr, w.client_hostname,
-         w.client_port, w.backend_start, w.backend_xmin, w.state, w.sent_lsn, w.write_lsn,
-         w.flush_lsn, w.replay_lsn, w.write_lag, w.flush_lag, w.replay_lag, w.sync_priority,
-         w.sync_state, w.reply_time
-    FROM @S@.catalog_walsenders w;
+  SELECT w.pid, w.usesysid, w.usename, w.application_name,
+         CASE WHEN v.conn THEN w.client_addr END AS client_addr,
+         CASE WHEN v.conn THEN w.client_hostname END AS client_hostname,
+         CASE WHEN v.conn THEN w.client_port END AS client_port,
+         CASE WHEN v.conn THEN w.backend_start END AS backend_start,
+         CASE WHEN v.conn THEN w.backend_xmin END AS backend_xmin,
+         CASE WHEN v.stats THEN w.state END AS state,
+         CASE WHEN v.stats THEN w.sent_lsn END AS sent_lsn,
+         CASE WHEN v.stats THEN w.write_lsn END AS write_lsn,
+         CASE WHEN v.stats THEN w.flush_lsn END AS flush_lsn,
+         CASE WHEN v.stats THEN w.replay_lsn END AS replay_lsn,
+         CASE WHEN v.stats THEN w.write_lag END AS write_lag,
+         CASE WHEN v.stats THEN w.flush_lag END AS flush_lag,
+         CASE WHEN v.stats THEN w.replay_lag END AS replay_lag,
+         CASE WHEN v.stats THEN w.sync_priority END AS sync_priority,
+         CASE WHEN v.stats THEN w.sync_state END AS sync_state,
+         CASE WHEN v.stats THEN w.reply_time END AS reply_time
+    FROM @S@.catalog_walsenders w
+    CROSS JOIN LATERAL (
+      SELECT s.stats, s.stats OR (w.usesysid IS NOT NULL AND EXISTS (
+               SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.usesysid
+                 AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE'))) AS conn
+      FROM (SELECT pg_catalog.pg_has_role(pg_catalog.current_user(), 'pg_read_all_stats', 'USAGE')
+                   AS stats) s) v;
+
+-- Publications as Postgres lists them, without pgrelay's own schema and capture publications:
+-- FOR ALL TABLES holds every table, pgrelay's bookkeeping too, and a subscriber would try to
+-- copy it.
+CREATE VIEW @S@.pg_publication_tables AS
+  SELECT t.pubname, t.schemaname, t.tablename, t.attnames, t.rowfilter
+    FROM pg_catalog.pg_publication_tables t
+   WHERE t.schemaname <> @SL@ AND t.pubname::text <> ALL (@HIDDEN@);
 
 -- Scalar subqueries rather than a join keep pg_settings' row order.
 CREATE VIEW @S@.pg_settings AS
@@ -119,37 +150,84 @@ CREATE VIEW @S@.pg_settings AS
 )sql";
 
 constexpr const char* kFunctionsSql = R"sql(
+-- The readers of pgrelay's settings and log head run as the owner (the tables are private) and
+-- leave the rest to the caller's own rights.
+CREATE FUNCTION @S@.catalog_setting(text) RETURNS text
+  LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT o.shown FROM @S@.catalog_settings o WHERE o.name = pg_catalog.lower($1) $body$;
+
+CREATE FUNCTION @S@.catalog_log_head() RETURNS pg_lsn
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT s.log_head FROM @S@.catalog_server s $body$;
+
 CREATE FUNCTION @S@.current_setting(text) RETURNS text
   LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp
-  AS $body$
-    SELECT COALESCE((SELECT o.shown FROM @S@.catalog_settings o WHERE o.name = pg_catalog.lower($1)),
-                    pg_catalog.current_setting($1))
-  $body$;
+  AS $body$ SELECT COALESCE(@S@.catalog_setting($1), pg_catalog.current_setting($1)) $body$;
 
 CREATE FUNCTION @S@.current_setting(text, boolean) RETURNS text
   LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp
-  AS $body$
-    SELECT COALESCE((SELECT o.shown FROM @S@.catalog_settings o WHERE o.name = pg_catalog.lower($1)),
-                    pg_catalog.current_setting($1, $2))
-  $body$;
+  AS $body$ SELECT COALESCE(@S@.catalog_setting($1), pg_catalog.current_setting($1, $2)) $body$;
 
 CREATE FUNCTION @S@.pg_current_wal_lsn() RETURNS pg_lsn
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-  AS $body$
-    SELECT GREATEST(pg_catalog.pg_current_wal_lsn(), (SELECT log_head FROM @S@.catalog_server))
-  $body$;
+  AS $body$ SELECT GREATEST(pg_catalog.pg_current_wal_lsn(), @S@.catalog_log_head()) $body$;
 
 CREATE FUNCTION @S@.pg_current_wal_insert_lsn() RETURNS pg_lsn
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-  AS $body$
-    SELECT GREATEST(pg_catalog.pg_current_wal_insert_lsn(), (SELECT log_head FROM @S@.catalog_server))
-  $body$;
+  AS $body$ SELECT GREATEST(pg_catalog.pg_current_wal_insert_lsn(), @S@.catalog_log_head()) $body$;
 
 CREATE FUNCTION @S@.pg_current_wal_flush_lsn() RETURNS pg_lsn
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT GREATEST(pg_catalog.pg_current_wal_flush_lsn(), @S@.catalog_log_head()) $body$;
+
+-- pg_get_publication_tables without pgrelay's schema and capture publications (see the view).
+CREATE FUNCTION @S@.pg_get_publication_tables(pubname text, OUT relid oid, OUT attrs int2vector,
+                                              OUT qual pg_node_tree) RETURNS SETOF record
+  LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp
   AS $body$
-    SELECT GREATEST(pg_catalog.pg_current_wal_flush_lsn(), (SELECT log_head FROM @S@.catalog_server))
+    SELECT g.relid, g.attrs, g.qual FROM pg_catalog.pg_get_publication_tables($1) g
+      JOIN pg_catalog.pg_class c ON c.oid = g.relid
+     WHERE c.relnamespace <> (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = @SL@)
+       AND $1 <> ALL (@HIDDEN@)
   $body$;
+
+-- ---- Slots and walsenders. Three layers:
+--   catalog_*          the work, as the owner; only the owner may call them.
+--   catalog_*_checked  Postgres's privilege checks on the calling role, then the work; PUBLIC.
+--   pg_*               Postgres's names and signatures over the checked layer, for sessions
+--                      straight to the upstream; PUBLIC.
+-- Sessions through pgrelay all run upstream as pgrelay's own role, so there pgrelay's rewrite
+-- chooses by the pgrelay user's REPLICATION right: relay_* (the owner's, unchecked) or denied_*
+-- (Postgres's refusal).
+
+-- The role Postgres would check: the caller's current_user, which a SECURITY DEFINER function
+-- cannot see, so the public functions pass it; believed only when the session's own role could
+-- have become it (SET ROLE needs membership), else the session's role itself.
+CREATE FUNCTION @S@.catalog_caller(p_claimed name) RETURNS oid
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+  AS $body$
+    SELECT CASE WHEN p_claimed IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = p_claimed
+                         AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                THEN (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_claimed)
+                ELSE (SELECT r.oid FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = pg_catalog.session_user()) END
+  $body$;
+
+-- CheckSlotPermissions: superuser or the REPLICATION attribute of the role itself. True, or
+-- Postgres's error.
+CREATE FUNCTION @S@.catalog_check_slot_permissions(p_role oid) RETURNS boolean
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+  AS $body$
+BEGIN
+  IF NOT COALESCE((SELECT r.rolsuper OR r.rolreplication FROM pg_catalog.pg_roles r
+                    WHERE r.oid = p_role), false) THEN
+    RAISE EXCEPTION 'must be superuser or replication role to use replication slots'
+      USING ERRCODE = '42501';
+  END IF;
+  RETURN true;
+END
+$body$;
 
 -- Checks and error texts follow Postgres 15's slot.c / logical.c, in the same order.
 CREATE FUNCTION @S@.catalog_create_slot(p_slot_name name, p_plugin name, p_temporary boolean,
@@ -206,14 +284,7 @@ BEGIN
 END
 $body$;
 
--- Postgres's signature, IN and OUT slot_name included.
-CREATE FUNCTION @S@.pg_create_logical_replication_slot(
-    IN slot_name name, IN plugin name, IN temporary boolean DEFAULT false,
-    IN twophase boolean DEFAULT false, OUT slot_name name, OUT lsn pg_lsn) RETURNS record
-  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
-  AS $body$ SELECT $1, @S@.catalog_create_slot($1, $2, $3, $4) $body$;
-
-CREATE FUNCTION @S@.pg_drop_replication_slot(name) RETURNS void
+CREATE FUNCTION @S@.catalog_drop_slot(p_slot_name name) RETURNS void
   LANGUAGE plpgsql STRICT VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   AS $body$
 DECLARE
@@ -221,37 +292,126 @@ DECLARE
   v_pid integer;
 BEGIN
   SELECT s.active, s.active_pid INTO v_active, v_pid
-    FROM @S@.catalog_slots s WHERE s.slot_name = $1 FOR UPDATE;
+    FROM @S@.catalog_slots s WHERE s.slot_name = p_slot_name FOR UPDATE;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'replication slot "%" does not exist', $1 USING ERRCODE = '42704';
+    RAISE EXCEPTION 'replication slot "%" does not exist', p_slot_name USING ERRCODE = '42704';
   END IF;
   IF v_active THEN
-    RAISE EXCEPTION 'replication slot "%" is active for PID %', $1, COALESCE(v_pid, 0)
+    RAISE EXCEPTION 'replication slot "%" is active for PID %', p_slot_name, COALESCE(v_pid, 0)
       USING ERRCODE = '55006';
   END IF;
-  DELETE FROM @S@.catalog_slots s WHERE s.slot_name = $1;
-  INSERT INTO @S@.catalog_requests (kind, slot_name) VALUES ('drop_slot', $1);
+  DELETE FROM @S@.catalog_slots s WHERE s.slot_name = p_slot_name;
+  INSERT INTO @S@.catalog_requests (kind, slot_name) VALUES ('drop_slot', p_slot_name);
   PERFORM pg_catalog.pg_notify(@CHANNEL@, 'drop_slot');
 END
 $body$;
 
-CREATE FUNCTION @S@.catalog_terminate_walsender(integer) RETURNS boolean
+-- The walsender's role: the upstream role of the same name as the pgrelay user, if any.
+CREATE FUNCTION @S@.catalog_walsender_role(p_pid integer) RETURNS oid
+  LANGUAGE sql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT w.usesysid FROM @S@.catalog_walsenders w WHERE w.pid = p_pid $body$;
+
+CREATE FUNCTION @S@.catalog_terminate_walsender(p_pid integer) RETURNS boolean
   LANGUAGE plpgsql STRICT VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   AS $body$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM @S@.catalog_walsenders w WHERE w.pid = $1)
-     AND NOT EXISTS (SELECT 1 FROM @S@.catalog_slots s WHERE s.active AND s.active_pid = $1) THEN
-    RAISE WARNING 'PID % is not a PostgreSQL backend process', $1;
+  IF NOT EXISTS (SELECT 1 FROM @S@.catalog_walsenders w WHERE w.pid = p_pid)
+     AND NOT EXISTS (SELECT 1 FROM @S@.catalog_slots s WHERE s.active AND s.active_pid = p_pid) THEN
+    RAISE WARNING 'PID % is not a PostgreSQL backend process', p_pid;
     RETURN false;
   END IF;
-  INSERT INTO @S@.catalog_requests (kind, pid) VALUES ('terminate', $1);
+  INSERT INTO @S@.catalog_requests (kind, pid) VALUES ('terminate', p_pid);
   PERFORM pg_catalog.pg_notify(@CHANNEL@, 'terminate');
   RETURN true;
 END
 $body$;
 
--- Not SECURITY DEFINER: other pids are signalled with the caller's own rights.
+CREATE FUNCTION @S@.catalog_create_slot_checked(p_slot_name name, p_plugin name,
+                                                p_temporary boolean, p_two_phase boolean,
+                                                p_caller name) RETURNS pg_lsn
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$
+BEGIN
+  PERFORM @S@.catalog_check_slot_permissions(@S@.catalog_caller(p_caller));
+  RETURN @S@.catalog_create_slot(p_slot_name, p_plugin, p_temporary, p_two_phase);
+END
+$body$;
+
+CREATE FUNCTION @S@.catalog_drop_slot_checked(p_slot_name name, p_caller name) RETURNS void
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$
+BEGIN
+  PERFORM @S@.catalog_check_slot_permissions(@S@.catalog_caller(p_caller));
+  PERFORM @S@.catalog_drop_slot(p_slot_name);
+END
+$body$;
+
+-- pg_signal_backend's rules (PG 15 messages): a superuser's process only by a superuser; any
+-- other by a role with the privileges of its role or of pg_signal_backend.
+CREATE FUNCTION @S@.catalog_terminate_walsender_checked(p_pid integer, p_caller name)
+  RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  AS $body$
+DECLARE
+  v_caller oid := @S@.catalog_caller(p_caller);
+  v_target oid := @S@.catalog_walsender_role(p_pid);
+  v_super boolean := COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_caller), false);
+BEGIN
+  IF EXISTS (SELECT 1 FROM @S@.catalog_walsenders w WHERE w.pid = p_pid) THEN
+    IF COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = v_target), false)
+       AND NOT v_super THEN
+      RAISE EXCEPTION 'must be a superuser to terminate superuser process' USING ERRCODE = '42501';
+    END IF;
+    IF NOT v_super
+       AND NOT (v_target IS NOT NULL AND pg_catalog.pg_has_role(v_caller, v_target, 'USAGE'))
+       AND NOT pg_catalog.pg_has_role(v_caller, 'pg_signal_backend', 'USAGE') THEN
+      RAISE EXCEPTION 'must be a member of the role whose process is being terminated or member of pg_signal_backend'
+        USING ERRCODE = '42501';
+    END IF;
+  END IF;
+  RETURN @S@.catalog_terminate_walsender(p_pid);
+END
+$body$;
+
+-- Postgres's signatures, IN and OUT slot_name included: for sessions straight to the upstream.
+CREATE FUNCTION @S@.pg_create_logical_replication_slot(
+    IN slot_name name, IN plugin name, IN temporary boolean DEFAULT false,
+    IN twophase boolean DEFAULT false, OUT slot_name name, OUT lsn pg_lsn) RETURNS record
+  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT $1, @S@.catalog_create_slot_checked($1, $2, $3, $4, pg_catalog.current_user()) $body$;
+
+-- plpgsql, as void results of sql functions read as NULL where Postgres's read as ''.
+CREATE FUNCTION @S@.pg_drop_replication_slot(name) RETURNS void
+  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ BEGIN PERFORM @S@.catalog_drop_slot_checked($1, pg_catalog.current_user()); END $body$;
+
+-- Other pids are signalled by Postgres itself, with the caller's own rights.
 CREATE FUNCTION @S@.pg_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
+  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$
+BEGIN
+  IF $1 < 1073741824 THEN
+    RETURN pg_catalog.pg_terminate_backend($1, $2);
+  END IF;
+  IF $2 < 0 THEN
+    RAISE EXCEPTION '"timeout" must not be negative' USING ERRCODE = '22023';
+  END IF;
+  RETURN @S@.catalog_terminate_walsender_checked($1, pg_catalog.current_user());
+END
+$body$;
+
+-- Through pgrelay, for pgrelay users with the REPLICATION right (pgrelay checked it).
+CREATE FUNCTION @S@.relay_create_logical_replication_slot(
+    IN slot_name name, IN plugin name, IN temporary boolean DEFAULT false,
+    IN twophase boolean DEFAULT false, OUT slot_name name, OUT lsn pg_lsn) RETURNS record
+  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT $1, @S@.catalog_create_slot($1, $2, $3, $4) $body$;
+
+CREATE FUNCTION @S@.relay_drop_replication_slot(name) RETURNS void
+  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ BEGIN PERFORM @S@.catalog_drop_slot($1); END $body$;
+
+CREATE FUNCTION @S@.relay_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
   LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
   AS $body$
 BEGIN
@@ -265,34 +425,111 @@ BEGIN
 END
 $body$;
 
-GRANT USAGE ON SCHEMA @S@ TO PUBLIC;
-GRANT SELECT ON @S@.pg_replication_slots, @S@.pg_stat_replication, @S@.pg_settings,
-                @S@.catalog_settings, @S@.catalog_server TO PUBLIC;
-GRANT EXECUTE ON FUNCTION
+-- Through pgrelay, for pgrelay users without it: Postgres's refusals.
+CREATE FUNCTION @S@.denied_create_logical_replication_slot(
+    IN slot_name name, IN plugin name, IN temporary boolean DEFAULT false,
+    IN twophase boolean DEFAULT false, OUT slot_name name, OUT lsn pg_lsn) RETURNS record
+  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ SELECT $1, NULL::pg_lsn WHERE @S@.catalog_check_slot_permissions(NULL) $body$;
+
+CREATE FUNCTION @S@.denied_drop_replication_slot(name) RETURNS void
+  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$ BEGIN PERFORM @S@.catalog_check_slot_permissions(NULL); END $body$;
+
+CREATE FUNCTION @S@.denied_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
+  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$
+BEGIN
+  IF $1 < 1073741824 THEN
+    RETURN pg_catalog.pg_terminate_backend($1, $2);
+  END IF;
+  RAISE EXCEPTION 'must be a member of the role whose process is being terminated or member of pg_signal_backend'
+    USING ERRCODE = '42501';
+END
+$body$;
+
+-- Explicit grants: a function is executable by PUBLIC when created, so take that back from every
+-- one, then give PUBLIC what Postgres gives it (the views, the readers, and the functions that
+-- check their caller). The catalog_* workers and relay_* functions stay the owner's.
+REVOKE ALL ON FUNCTION
+  @S@.catalog_setting(text), @S@.catalog_log_head(),
   @S@.current_setting(text), @S@.current_setting(text, boolean),
   @S@.pg_current_wal_lsn(), @S@.pg_current_wal_insert_lsn(), @S@.pg_current_wal_flush_lsn(),
-  @S@.catalog_create_slot(name, name, boolean, boolean),
+  @S@.pg_get_publication_tables(text),
+  @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid),
+  @S@.catalog_create_slot(name, name, boolean, boolean), @S@.catalog_drop_slot(name),
+  @S@.catalog_walsender_role(integer), @S@.catalog_terminate_walsender(integer),
+  @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
+  @S@.catalog_drop_slot_checked(name, name),
+  @S@.catalog_terminate_walsender_checked(integer, name),
   @S@.pg_create_logical_replication_slot(name, name, boolean, boolean),
-  @S@.pg_drop_replication_slot(name), @S@.catalog_terminate_walsender(integer),
-  @S@.pg_terminate_backend(integer, bigint)
+  @S@.pg_drop_replication_slot(name), @S@.pg_terminate_backend(integer, bigint),
+  @S@.relay_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.relay_drop_replication_slot(name), @S@.relay_terminate_backend(integer, bigint),
+  @S@.denied_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.denied_drop_replication_slot(name), @S@.denied_terminate_backend(integer, bigint)
+  FROM PUBLIC;
+REVOKE ALL ON @S@.catalog_meta, @S@.catalog_slots, @S@.catalog_walsenders, @S@.catalog_server,
+              @S@.catalog_settings, @S@.catalog_requests FROM PUBLIC;
+GRANT USAGE ON SCHEMA @S@ TO PUBLIC;
+GRANT SELECT ON @S@.pg_replication_slots, @S@.pg_stat_replication, @S@.pg_settings,
+                @S@.pg_publication_tables TO PUBLIC;
+GRANT EXECUTE ON FUNCTION
+  @S@.catalog_setting(text), @S@.catalog_log_head(),
+  @S@.current_setting(text), @S@.current_setting(text, boolean),
+  @S@.pg_current_wal_lsn(), @S@.pg_current_wal_insert_lsn(), @S@.pg_current_wal_flush_lsn(),
+  @S@.pg_get_publication_tables(text),
+  @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid),
+  @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
+  @S@.catalog_drop_slot_checked(name, name),
+  @S@.catalog_terminate_walsender_checked(integer, name),
+  @S@.pg_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.pg_drop_replication_slot(name), @S@.pg_terminate_backend(integer, bigint),
+  @S@.denied_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.denied_drop_replication_slot(name), @S@.denied_terminate_backend(integer, bigint)
   TO PUBLIC;
 )sql";
 
 // Everything install() creates, dependents first.
 constexpr const char* kDropSql = R"sql(
-DROP VIEW IF EXISTS @S@.pg_replication_slots, @S@.pg_stat_replication, @S@.pg_settings;
+DROP VIEW IF EXISTS @S@.pg_replication_slots, @S@.pg_stat_replication, @S@.pg_settings,
+  @S@.pg_publication_tables;
 DROP FUNCTION IF EXISTS
+  @S@.catalog_setting(text), @S@.catalog_log_head(),
   @S@.current_setting(text), @S@.current_setting(text, boolean),
   @S@.pg_current_wal_lsn(), @S@.pg_current_wal_insert_lsn(), @S@.pg_current_wal_flush_lsn(),
+  @S@.pg_get_publication_tables(text),
   @S@.pg_create_logical_replication_slot(name, name, boolean, boolean),
-  @S@.catalog_create_slot(name, name, boolean, boolean),
   @S@.pg_drop_replication_slot(name), @S@.pg_terminate_backend(integer, bigint),
-  @S@.catalog_terminate_walsender(integer);
+  @S@.relay_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.relay_drop_replication_slot(name), @S@.relay_terminate_backend(integer, bigint),
+  @S@.denied_create_logical_replication_slot(name, name, boolean, boolean),
+  @S@.denied_drop_replication_slot(name), @S@.denied_terminate_backend(integer, bigint),
+  @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
+  @S@.catalog_drop_slot_checked(name, name),
+  @S@.catalog_terminate_walsender_checked(integer, name),
+  @S@.catalog_create_slot(name, name, boolean, boolean), @S@.catalog_drop_slot(name),
+  @S@.catalog_walsender_role(integer), @S@.catalog_terminate_walsender(integer),
+  @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid);
 DROP TABLE IF EXISTS @S@.catalog_slots, @S@.catalog_walsenders, @S@.catalog_server,
   @S@.catalog_settings, @S@.catalog_requests, @S@.catalog_meta;
 )sql";
 
-std::string substitute(std::string_view text, std::string_view schema, std::string_view channel) {
+// The values of the placeholders the SQL above uses, already quoted.
+struct Placeholders {
+  std::string schema;          // @S@: the schema as an identifier
+  std::string schema_literal;  // @SL@: the schema as a literal
+  std::string channel;         // @CHANNEL@: the NOTIFY channel as a literal
+  std::string hidden;          // @HIDDEN@: text[] of the publications pgrelay keeps to itself
+};
+
+std::string substitute(std::string_view text, const Placeholders& values) {
+  const std::pair<std::string_view, const std::string*> names[] = {
+      {"@S@", &values.schema},
+      {"@SL@", &values.schema_literal},
+      {"@CHANNEL@", &values.channel},
+      {"@HIDDEN@", &values.hidden},
+  };
   std::string out;
   out.reserve(text.size() + 1024);
   std::size_t pos = 0;
@@ -300,15 +537,15 @@ std::string substitute(std::string_view text, std::string_view schema, std::stri
     const std::size_t at = text.find('@', pos);
     if (at == std::string_view::npos) break;
     out.append(text.substr(pos, at - pos));
-    if (text.substr(at, 3) == "@S@") {
-      out.append(schema);
-      pos = at + 3;
-    } else if (text.substr(at, 9) == "@CHANNEL@") {
-      out.append(channel);
-      pos = at + 9;
-    } else {
+    const auto* match = std::find_if(std::begin(names), std::end(names), [&](const auto& n) {
+      return text.substr(at, n.first.size()) == n.first;
+    });
+    if (match == std::end(names)) {
       out += '@';
       pos = at + 1;
+    } else {
+      out.append(*match->second);
+      pos = at + match->first.size();
     }
   }
   out.append(text.substr(pos));
@@ -442,6 +679,28 @@ Int to_int(std::string_view text) {
   return v;
 }
 
+// The placeholders' values for the catalog in `schema`, quoted by the connection.
+Result<Placeholders> placeholders_for(PGconn* conn, const std::string& schema,
+                                      const std::string& channel) {
+  Placeholders p;
+  // Native capture's two publications (capture/native/native_setup.h names them so).
+  const std::string hidden[] = {schema + "_capture", schema + "_capture_keyless"};
+  const std::pair<std::string*, Result<std::string>> parts[] = {
+      {&p.schema, quote_identifier(conn, schema)},
+      {&p.schema_literal, quote_literal(conn, schema)},
+      {&p.channel, quote_literal(conn, channel)},
+      {&p.hidden, quote_literal(conn, hidden[0])},
+  };
+  for (const auto& [out, quoted] : parts) {
+    if (!quoted.ok()) return quoted.error();
+    *out = *quoted;
+  }
+  auto second = quote_literal(conn, hidden[1]);
+  if (!second.ok()) return second.error();
+  p.hidden = "ARRAY[" + p.hidden + ", " + *second + "]::text[]";
+  return p;
+}
+
 }  // namespace
 
 VirtualCatalog::VirtualCatalog(PGconn* conn, std::string schema, std::string channel)
@@ -477,10 +736,9 @@ Result<std::unique_ptr<VirtualCatalog>> VirtualCatalog::open(std::string conninf
 }
 
 Status VirtualCatalog::install() {
-  auto s = quote_identifier(conn_, schema_);
-  if (!s.ok()) return s.error();
-  auto channel = quote_literal(conn_, channel_);
-  if (!channel.ok()) return channel.error();
+  auto values = placeholders_for(conn_, schema_, channel_);
+  if (!values.ok()) return values.error();
+  const std::string* s = &values->schema;
 
   Transaction tx(conn_);
   PGRELAY_TRY(tx.begin());
@@ -512,18 +770,18 @@ Status VirtualCatalog::install() {
     }
   }
   // An older or partial installation: replace it (pgrelay refills the state).
-  PGRELAY_TRY(run(conn_, substitute(kDropSql, *s, *channel)));
-  PGRELAY_TRY(run(conn_, substitute(kTablesSql, *s, *channel)));
-  PGRELAY_TRY(run(conn_, substitute(kViewsSql, *s, *channel)));
-  PGRELAY_TRY(run(conn_, substitute(kFunctionsSql, *s, *channel)));
+  for (const char* sql : {kDropSql, kTablesSql, kViewsSql, kFunctionsSql}) {
+    PGRELAY_TRY(run(conn_, substitute(sql, *values)));
+  }
   PGRELAY_TRY(run(conn_, "INSERT INTO " + *s + ".catalog_meta VALUES ('version', $1)",
                   {std::to_string(kVersion)}));
   return tx.commit();
 }
 
 Status VirtualCatalog::uninstall() {
-  auto s = quote_identifier(conn_, schema_);
-  if (!s.ok()) return s.error();
+  auto values = placeholders_for(conn_, schema_, channel_);
+  if (!values.ok()) return values.error();
+  const std::string* s = &values->schema;
   Transaction tx(conn_);
   PGRELAY_TRY(tx.begin());
   PGRELAY_TRY(run(conn_, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))",
@@ -531,7 +789,7 @@ Status VirtualCatalog::uninstall() {
   auto exists = exec(conn_, "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", {schema_});
   if (!exists.ok()) return exists.error();
   if (PQntuples(exists->get()) == 0) return tx.commit();
-  PGRELAY_TRY(run(conn_, substitute(kDropSql, *s, "")));
+  PGRELAY_TRY(run(conn_, substitute(kDropSql, *values)));
   // The schema may be shared with trigger capture: drop it only when nothing is left in it.
   auto left = exec(conn_,
                    "SELECT pg_catalog.count(*) FROM pg_catalog.pg_depend d "

@@ -88,7 +88,8 @@ inline constexpr std::int32_t kFirstWalsenderPid = 1073741824;
 // recorded as requests (and NOTIFY) for pgrelay to take.
 class VirtualCatalog {
  public:
-  static constexpr int kVersion = 1;
+  // 2: privilege checks as Postgres's, relay_/denied_ entry points, pg_publication_tables.
+  static constexpr int kVersion = 2;
 
   // Connects (08000 with libpq's message on failure) and LISTENs for requests.
   static Result<std::unique_ptr<VirtualCatalog>> open(std::string conninfo, std::string schema);

@@ -99,13 +99,53 @@ TEST_F(SqlRewriteTest, Functions) {
             "SELECT \"_pgrelay\".pg_terminate_backend(1073741825, 10)");
 }
 
+// A renamed function keeps the column name Postgres gives the call.
 TEST_F(SqlRewriteTest, EmitMessageIsRenamed) {
   EXPECT_EQ(rw("SELECT pg_logical_emit_message(false, 'p', 'x')"),
-            "SELECT \"_pgrelay\".emit_message(false, 'p', 'x')");
-  EXPECT_EQ(rw("SELECT pg_catalog.pg_logical_emit_message(true, 'p', 'x'::bytea)"),
-            "SELECT \"_pgrelay\".emit_message(true, 'p', 'x'::bytea)");
-  EXPECT_EQ(rw("SELECT \"pg_logical_emit_message\"(true, 'p', 'x')"),
-            "SELECT \"_pgrelay\".emit_message(true, 'p', 'x')");
+            "SELECT \"_pgrelay\".emit_message(false, 'p', 'x') AS \"pg_logical_emit_message\"");
+  EXPECT_EQ(
+      rw("SELECT pg_catalog.pg_logical_emit_message(true, 'p', 'x'::bytea)"),
+      "SELECT \"_pgrelay\".emit_message(true, 'p', 'x'::bytea) AS \"pg_logical_emit_message\"");
+  EXPECT_EQ(rw("SELECT \"pg_logical_emit_message\"(true, 'p', 'x') AS lsn"),
+            "SELECT \"_pgrelay\".emit_message(true, 'p', 'x') AS lsn");
+  EXPECT_EQ(rw("SELECT 1 FROM t WHERE pg_logical_emit_message(true, 'p', 'x') IS NOT NULL"),
+            "SELECT 1 FROM t WHERE \"_pgrelay\".emit_message(true, 'p', 'x') IS NOT NULL");
+}
+
+// Which slot functions a session reaches depends on its user's REPLICATION right.
+TEST_F(SqlRewriteTest, SlotFunctionsFollowTheSessionsAccess) {
+  auto as = [this](const std::string& sql, SlotAccess access) {
+    auto r = rewriter_.rewrite(sql, access);
+    EXPECT_TRUE(r.ok() && r->has_value()) << sql;
+    return r.ok() && r->has_value() ? **r : sql;
+  };
+  EXPECT_EQ(as("SELECT pg_drop_replication_slot('s')", SlotAccess::kChecked),
+            "SELECT \"_pgrelay\".pg_drop_replication_slot('s')");
+  EXPECT_EQ(as("SELECT pg_drop_replication_slot(f(g('s')))", SlotAccess::kGranted),
+            "SELECT \"_pgrelay\".relay_drop_replication_slot(f(g('s'))) AS "
+            "\"pg_drop_replication_slot\"");
+  EXPECT_EQ(as("SELECT pg_catalog.pg_terminate_backend(1073741825) AS t", SlotAccess::kDenied),
+            "SELECT \"_pgrelay\".denied_terminate_backend(1073741825) AS t");
+  EXPECT_EQ(
+      as("SELECT * FROM pg_create_logical_replication_slot('s', 'pgoutput')", SlotAccess::kGranted),
+      "SELECT * FROM \"_pgrelay\".relay_create_logical_replication_slot('s', 'pgoutput')");
+  EXPECT_EQ(as("SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots",
+               SlotAccess::kDenied),
+            "SELECT slot_name, \"_pgrelay\".denied_drop_replication_slot(slot_name) AS "
+            "\"pg_drop_replication_slot\" FROM \"_pgrelay\".pg_replication_slots");
+}
+
+TEST_F(SqlRewriteTest, PublishedTablesLeaveOutPgrelaysOwn) {
+  EXPECT_TRUE(rewriter_.may_need_rewrite("select * from PG_PUBLICATION_TABLES"));
+  EXPECT_EQ(rw("SELECT DISTINCT t.schemaname, t.tablename FROM pg_catalog.pg_publication_tables t "
+               "WHERE t.pubname IN ('p')"),
+            "SELECT DISTINCT t.schemaname, t.tablename FROM \"_pgrelay\".pg_publication_tables t "
+            "WHERE t.pubname IN ('p')");
+  EXPECT_EQ(
+      rw("SELECT gpt.relid FROM pg_publication p, LATERAL pg_get_publication_tables(p.pubname) "
+         "gpt"),
+      "SELECT gpt.relid FROM pg_publication p, LATERAL "
+      "\"_pgrelay\".pg_get_publication_tables(p.pubname) gpt");
 }
 
 TEST_F(SqlRewriteTest, Show) {

@@ -23,6 +23,7 @@ using test::PgServer;
 using test::Row;
 using test::Rows;
 using Params = std::vector<std::optional<std::string>>;
+using server::SlotAccess;
 
 constexpr std::int32_t kWalsenderPid = kFirstWalsenderPid + 6;
 
@@ -161,16 +162,21 @@ class VirtualCatalogTest : public ::testing::Test {
     catalog_.reset();
   }
 
-  // The statement as pgrelay forwards it: it must have been rewritten.
-  std::string virt(const std::string& sql) const {
+  // The statement as pgrelay forwards it (by default for a user with the REPLICATION right): it
+  // must have been rewritten.
+  std::string virt(const std::string& sql, SlotAccess access = SlotAccess::kGranted) const {
     EXPECT_TRUE(rewriter_.may_need_rewrite(sql)) << sql;
-    auto r = rewriter_.rewrite(sql);
+    auto r = rewriter_.rewrite(sql, access);
     EXPECT_TRUE(r.ok());
     EXPECT_TRUE(r.ok() && r->has_value()) << "not rewritten: " << sql;
     return r.ok() && r->has_value() ? **r : sql;
   }
   Outcome vrun(PgConnection& c, const std::string& sql, const Params& params = {}) {
     return run(c.raw(), virt(sql), params);
+  }
+  // As a session straight to the upstream that calls pgrelay's Postgres-named functions.
+  Outcome direct(PgConnection& c, const std::string& sql) {
+    return run(c.raw(), virt(sql, SlotAccess::kChecked));
   }
 
   SlotRow slot(const std::string& name, std::optional<std::int32_t> active_pid = std::nullopt) {
@@ -497,11 +503,27 @@ TEST_F(VirtualCatalogTest, DropAndTerminateMatchPostgres) {
   w.flush_lag = std::chrono::microseconds(1500);
   w.slot_name = "zh_0_a";
   ASSERT_TRUE(catalog_->set_walsenders({w}).ok());
-  Outcome stat = vrun(*relay_,
-                      "SELECT pid, usename, usesysid = (SELECT oid FROM pg_roles WHERE rolname = "
-                      "'relay'), application_name, client_addr, client_port, "
-                      "extract(epoch from backend_start), state, sent_lsn, write_lsn, flush_lsn, "
-                      "flush_lag, sync_priority, sync_state FROM pg_stat_replication");
+  const std::string stat_sql =
+      "SELECT pid, usename, usesysid = (SELECT oid FROM pg_roles WHERE rolname = "
+      "'relay'), application_name, client_addr, client_port, "
+      "extract(epoch from backend_start), state, sent_lsn, write_lsn, flush_lsn, "
+      "flush_lag, sync_priority, sync_state FROM pg_stat_replication";
+  // As in Postgres 15: the replication columns need pg_read_all_stats, even for the
+  // walsender's own role; the connection columns need the privileges of its role.
+  Outcome own = vrun(*relay_, stat_sql);
+  ASSERT_TRUE(own.ok()) << own.message;
+  EXPECT_EQ(own.rows,
+            Rows{row({std::to_string(kWalsenderPid), "relay", "t", "zero-replicator", "127.0.0.1",
+                      "40000", "1700000000.123456", std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt})});
+  PgConnection other(server_->conninfo("app", "client"));
+  EXPECT_EQ(vrun(other, stat_sql).rows,
+            Rows{row({std::to_string(kWalsenderPid), "relay", "t", "zero-replicator", std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt})});
+  admin.exec("GRANT pg_read_all_stats TO relay");
+  Outcome stat = vrun(*relay_, stat_sql);
+  admin.exec("REVOKE pg_read_all_stats FROM relay");
   ASSERT_TRUE(stat.ok()) << stat.message;
   EXPECT_EQ(stat.rows,
             Rows{row({std::to_string(kWalsenderPid), "relay", "t", "zero-replicator", "127.0.0.1",
@@ -572,24 +594,104 @@ TEST_F(VirtualCatalogTest, WaitForRequestsWakesOnNotify) {
   EXPECT_EQ((*requests)[0].slot_name, "w1");
 }
 
-TEST_F(VirtualCatalogTest, OtherRolesReadAndRequestButCannotWriteState) {
+// Straight to the upstream, pgrelay's functions give every role what Postgres's give it: a
+// plain role reads, and is refused slots, walsenders and pgrelay's state; a REPLICATION role
+// manages slots. Through pgrelay, a user without the REPLICATION right is refused the same way.
+TEST_F(VirtualCatalogTest, DirectCallersGetPostgresRights) {
+  PgConnection admin = server_->connect_admin("app");
+  admin.exec(
+      "DO $$ BEGIN CREATE ROLE repl LOGIN REPLICATION; EXCEPTION WHEN duplicate_object "
+      "THEN NULL; END $$");
   ASSERT_TRUE(catalog_->upsert_slot(slot("mine")).ok());
+  WalsenderRow w;
+  w.pid = kWalsenderPid;
+  w.usename = "relay";
+  ASSERT_TRUE(catalog_->set_walsenders({w}).ok());
+  const std::string terminate =
+      "SELECT pg_terminate_backend(" + std::to_string(kWalsenderPid) + ")";
+
   PgConnection client(server_->conninfo("app", "client"));
-  EXPECT_EQ(vrun(client, "SELECT slot_name FROM pg_replication_slots").rows, Rows{row({"mine"})});
-  EXPECT_EQ(vrun(client, "SELECT current_setting('wal_level')").rows, Rows{row({"logical"})});
-  EXPECT_TRUE(vrun(client, "SELECT pg_current_wal_lsn()").ok());
-  EXPECT_TRUE(vrun(client,
-                   "SELECT * FROM pg_create_logical_replication_slot('theirs', "
-                   "'pgoutput')")
-                  .ok());
-  EXPECT_TRUE(vrun(client, "SELECT pg_drop_replication_slot('mine')").ok());
-  EXPECT_EQ(run(client.raw(), "DELETE FROM _pgrelay.catalog_slots").sqlstate, "42501");
-  EXPECT_EQ(run(client.raw(), "INSERT INTO _pgrelay.catalog_requests (kind) VALUES ('terminate')")
-                .sqlstate,
-            "42501");
+  EXPECT_EQ(direct(client, "SELECT slot_name FROM pg_replication_slots").rows, Rows{row({"mine"})});
+  EXPECT_EQ(direct(client, "SELECT current_setting('wal_level')").rows, Rows{row({"logical"})});
+  EXPECT_TRUE(direct(client, "SELECT pg_current_wal_lsn()").ok());
+  for (const std::string& sql :
+       {std::string("SELECT * FROM pg_create_logical_replication_slot('theirs', 'pgoutput')"),
+        std::string("SELECT pg_drop_replication_slot('mine')")}) {
+    Outcome refused = direct(client, sql);
+    EXPECT_EQ(refused.sqlstate, "42501") << sql;
+    EXPECT_EQ(refused.message, "must be superuser or replication role to use replication slots");
+  }
+  EXPECT_EQ(direct(client, terminate).sqlstate, "42501");
+  // Naming another role as the caller does not help: the session's role could not become it.
+  EXPECT_EQ(
+      run(client.raw(), "SELECT _pgrelay.catalog_drop_slot_checked('mine', 'postgres')").sqlstate,
+      "42501");
+  // The workers, the relay_ entry points and the state are the owner's.
+  for (const std::string& sql :
+       {std::string("SELECT _pgrelay.catalog_drop_slot('mine')"),
+        std::string("SELECT _pgrelay.relay_drop_replication_slot('mine')"),
+        std::string("SELECT _pgrelay.catalog_terminate_walsender(") +
+            std::to_string(kWalsenderPid) + ")",
+        std::string("SELECT * FROM _pgrelay.catalog_settings"),
+        std::string("SELECT * FROM _pgrelay.catalog_server"),
+        std::string("DELETE FROM _pgrelay.catalog_slots"),
+        std::string("INSERT INTO _pgrelay.catalog_requests (kind) VALUES ('terminate')")}) {
+    EXPECT_EQ(run(client.raw(), sql).sqlstate, "42501") << sql;
+  }
+
+  PgConnection replicator(server_->conninfo("app", "repl"));
+  EXPECT_TRUE(
+      direct(replicator, "SELECT * FROM pg_create_logical_replication_slot('theirs', 'pgoutput')")
+          .ok());
+  EXPECT_TRUE(direct(replicator, "SELECT pg_drop_replication_slot('mine')").ok());
+  // A REPLICATION role is no member of relay: Postgres refuses to end relay's walsender.
+  EXPECT_EQ(direct(replicator, terminate).sqlstate, "42501");
+
+  // The owner itself, straight to the upstream, has no REPLICATION attribute: refused too.
+  EXPECT_EQ(direct(*relay_, "SELECT pg_drop_replication_slot('theirs')").sqlstate, "42501");
+  // Through pgrelay, for a user without the REPLICATION right.
+  EXPECT_EQ(
+      run(relay_->raw(), virt("SELECT pg_drop_replication_slot('theirs')", SlotAccess::kDenied))
+          .sqlstate,
+      "42501");
+  EXPECT_EQ(run(relay_->raw(), virt(terminate, SlotAccess::kDenied)).sqlstate, "42501");
+
   auto requests = catalog_->take_requests();
   ASSERT_TRUE(requests.ok());
-  EXPECT_EQ(requests->size(), 2u);
+  ASSERT_EQ(requests->size(), 2u);
+  EXPECT_EQ((*requests)[0].kind, CatalogRequest::Kind::kCreateSlot);
+  EXPECT_EQ((*requests)[1].kind, CatalogRequest::Kind::kDropSlot);
+  ASSERT_TRUE(catalog_->set_walsenders({}).ok());
+}
+
+// FOR ALL TABLES holds pgrelay's own tables too: the lists clients and subscribers read leave
+// them out, and pgrelay's capture publications with them.
+TEST_F(VirtualCatalogTest, PublishedTablesLeaveOutPgrelaysOwn) {
+  PgConnection admin = server_->connect_admin("app");
+  admin.exec("CREATE TABLE public.shown (id int PRIMARY KEY)");
+  admin.exec("CREATE PUBLICATION allpub FOR ALL TABLES");
+  admin.exec("CREATE PUBLICATION _pgrelay_capture FOR TABLE public.shown");
+  const std::string direct_count = admin.scalar(
+      "SELECT count(*) FROM pg_catalog.pg_publication_tables WHERE pubname = "
+      "'allpub' AND schemaname = '_pgrelay'");
+  EXPECT_NE(direct_count, "0");  // what Postgres itself lists
+  PgConnection client(server_->conninfo("app", "client"));
+  for (PgConnection* c : {relay_.get(), &client}) {
+    Outcome tables = vrun(*c,
+                          "SELECT pubname, schemaname, tablename FROM pg_publication_tables "
+                          "WHERE schemaname IN ('public', '_pgrelay') ORDER BY 1, 2, 3");
+    ASSERT_TRUE(tables.ok()) << tables.message;
+    EXPECT_EQ(tables.rows, Rows{row({"allpub", "public", "shown"})});
+    Outcome listed = vrun(*c,
+                          "SELECT p.pubname, gpt.relid::regclass::text FROM pg_publication p, "
+                          "LATERAL pg_get_publication_tables(p.pubname) gpt JOIN pg_class c ON "
+                          "c.oid = gpt.relid WHERE c.relnamespace::regnamespace::text IN "
+                          "('public', '_pgrelay') ORDER BY 1, 2");
+    ASSERT_TRUE(listed.ok()) << listed.message;
+    EXPECT_EQ(listed.rows, Rows{row({"allpub", "shown"})});
+  }
+  admin.exec("DROP PUBLICATION allpub, _pgrelay_capture");
+  admin.exec("DROP TABLE public.shown");
 }
 
 TEST_F(VirtualCatalogTest, VersionsAndUninstall) {
@@ -600,13 +702,15 @@ TEST_F(VirtualCatalogTest, VersionsAndUninstall) {
   // An older version is replaced (pgrelay refills the state), a newer one refused.
   relay_->exec("UPDATE _pgrelay.catalog_meta SET value = '0'");
   ASSERT_TRUE(catalog_->install().ok());
-  EXPECT_EQ(relay_->scalar("SELECT value FROM _pgrelay.catalog_meta"), "1");
+  EXPECT_EQ(relay_->scalar("SELECT value FROM _pgrelay.catalog_meta"),
+            std::to_string(VirtualCatalog::kVersion));
   EXPECT_EQ(relay_->scalar("SELECT count(*) FROM _pgrelay.pg_replication_slots"), "0");
   relay_->exec("UPDATE _pgrelay.catalog_meta SET value = '99'");
   Status newer = catalog_->install();
   ASSERT_FALSE(newer.ok());
   EXPECT_EQ(newer.error().sqlstate, "55000");
-  relay_->exec("UPDATE _pgrelay.catalog_meta SET value = '1'");
+  relay_->exec("UPDATE _pgrelay.catalog_meta SET value = '" +
+               std::to_string(VirtualCatalog::kVersion) + "'");
 
   // The schema stays while something else lives in it.
   relay_->exec("CREATE TABLE _pgrelay.other (a int)");

@@ -32,6 +32,11 @@ RETURNS pg_catalog.pg_lsn LANGUAGE sql STRICT VOLATILE
 SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT pg_catalog.pg_logical_emit_message($1, $2, $3)
 $fn$;
+-- Every role may call pg_logical_emit_message in Postgres; so, explicitly, these.
+REVOKE ALL ON FUNCTION @S.emit_message(boolean, text, bytea), @S.emit_message(boolean, text, text)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @S.emit_message(boolean, text, bytea),
+  @S.emit_message(boolean, text, text) TO PUBLIC;
 
 -- Makes pgrelay's two publications publish exactly the tables every other publication does,
 -- each table in the one its replica identity allows (see native_setup.h). Removals run before
@@ -100,6 +105,8 @@ BEGIN
   END;
 END
 $fn$;
+-- The mirror and its event trigger are pgrelay's own business.
+REVOKE ALL ON FUNCTION @S.native_mirror(), @S.native_on_ddl() FROM PUBLIC;
 )sql";
 
 Error not_possible(std::string message, std::string hint) {

@@ -320,6 +320,12 @@ RETURNS pg_catalog.pg_lsn LANGUAGE sql STRICT VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT @S.emit_message($1, $2, convert_to($3, current_setting('server_encoding')))
 $fn$;
+-- Postgres lets every role call pg_logical_emit_message; so, explicitly, do we (no more: it only
+-- records the message).
+REVOKE ALL ON FUNCTION @S.emit_message(boolean, text, bytea), @S.emit_message(boolean, text, text)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @S.emit_message(boolean, text, bytea),
+  @S.emit_message(boolean, text, text) TO PUBLIC;
 
 -- Event trigger: follows DDL inside its transaction. Never fails the DDL: on error it warns and
 -- leaves the catch-up to the capture service's periodic sync.
