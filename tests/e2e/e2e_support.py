@@ -95,13 +95,13 @@ def wait_until(predicate, timeout, what, interval=0.1):
 class Relay:
     """One `pgrelay serve` process."""
 
-    def __init__(self, env, data_dir, port, extra_args):
+    def __init__(self, env, data_dir, port, extra_args, upstream=None):
         self.env = env
         self.data_dir = data_dir
         self.port = port
         self.log_path = os.path.join(env.base, "relay-%d.log" % len(env.relays))
         self.log_file = open(self.log_path, "wb")
-        args = [env.pgrelay, "serve", "--upstream", env.upstream_url(), "--listen",
+        args = [env.pgrelay, "serve", "--upstream", upstream or env.upstream_url(), "--listen",
                 "127.0.0.1:%d" % port, "--data-dir", data_dir] + list(extra_args)
         self.args = args
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log_file,
@@ -268,10 +268,10 @@ class Env:
             conn.close()
 
     # ---- pgrelay ----
-    def start_relay(self, data_dir=None, port=None, extra_args=(), timeout=90):
+    def start_relay(self, data_dir=None, port=None, extra_args=(), timeout=90, upstream=None):
         data_dir = data_dir or os.path.join(self.base, "relay-data")
         port = port or free_port()
-        relay = Relay(self, data_dir, port, extra_args)
+        relay = Relay(self, data_dir, port, extra_args, upstream=upstream)
         self.relays.append(relay)
         relay.wait_ready(timeout)
         return relay

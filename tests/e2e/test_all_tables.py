@@ -1,0 +1,230 @@
+# End-to-end: a FOR ALL TABLES publication never breaks pgrelay, in either capture mode.
+"""FOR ALL TABLES holds every table, pgrelay's bookkeeping tables too, and Postgres then refuses
+UPDATE and DELETE on any of them without a replica identity. This script creates such a
+publication before pgrelay installs, after it installs, and between two restarts, with trigger
+capture and native capture against an upstream given by URL and on the embedded default, and
+checks each time that:
+- pgrelay starts, captures and logs no refused update of its own tables;
+- every permanent table in pgrelay's schema has a usable replica identity;
+- through pgrelay, pg_publication_tables and pg_get_publication_tables leave out pgrelay's own
+  schema and publications (Postgres itself lists them);
+- a consumer of the publication through pgrelay gets the user's inserts, updates and deletes,
+  and no Relation of pgrelay's schema.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_support import expect, expect_eq, free_port, main, wait_until  # noqa: E402
+from test_embedded import PrivateRelay  # noqa: E402
+from test_native_capture import LOGICAL_CONF, Consumer  # noqa: E402
+
+import psycopg2  # noqa: E402
+from psycopg2.extras import LogicalReplicationConnection  # noqa: E402
+
+# What a refused write of pgrelay's own tables looks like in its log.
+REFUSALS = ("does not have a replica identity", "could not mark a change of publications",
+            "could not update the capture publications")
+
+# Tables in pgrelay's schema that are logged (FOR ALL TABLES skips unlogged ones) and lack a
+# replica identity UPDATE and DELETE could use.
+NO_IDENTITY_SQL = """
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = '_pgrelay' AND c.relkind = 'r' AND c.relpersistence = 'p'
+  AND NOT (c.relreplident = 'f'
+           OR (c.relreplident = 'd' AND EXISTS (SELECT 1 FROM pg_index i
+                                               WHERE i.indrelid = c.oid AND i.indisprimary))
+           OR (c.relreplident = 'i' AND EXISTS (SELECT 1 FROM pg_index i
+                                               WHERE i.indrelid = c.oid AND i.indisreplident)))
+ORDER BY 1
+"""
+
+
+def query(url, sql, args=None):
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
+
+
+def relay_log(relay):
+    with open(relay.log_path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def expect_no_refusals(relay, what):
+    lines = [l for l in relay_log(relay).splitlines() if any(r in l for r in REFUSALS)]
+    expect_eq(lines[:5], [], "no refused write of pgrelay's own tables in its log (%s)" % what)
+
+
+class Scenario:
+    """One upstream database, its pgrelay (started and restarted by the caller) and checks."""
+
+    def __init__(self, name, direct_url, start):
+        self.name = name
+        self.direct_url = direct_url  # straight to the upstream database, as its superuser
+        self.start = start            # () -> a ready Relay on the same data dir each time
+        self.relay = None
+        self.next_id = 1
+        self.slot = "all_" + name
+
+    def url(self):
+        return self.relay.url
+
+    def restart(self):
+        if self.relay:
+            code, _ = self.relay.stop()
+            expect_eq(code, 0, "pgrelay's exit code on SIGTERM")
+        self.relay = self.start()
+
+    def setup_tables(self):
+        query(self.direct_url, "CREATE TABLE IF NOT EXISTS public.items (id int PRIMARY KEY, v text);"
+                               "CREATE TABLE IF NOT EXISTS public.notes (id int, body text);"
+                               "ALTER TABLE public.notes REPLICA IDENTITY FULL")
+
+    def check_catalog(self, publication):
+        expect_eq(query(self.direct_url, NO_IDENTITY_SQL), [],
+                  "tables in _pgrelay without a usable replica identity")
+        direct = query(self.direct_url, "SELECT count(*) FROM pg_publication_tables WHERE pubname = %s "
+                                        "AND schemaname = '_pgrelay'", (publication,))[0][0]
+        expect(direct > 0, "Postgres itself lists pgrelay's tables in %s (the case under test)" % publication,
+               got=direct)
+        listed = query(self.url(), "SELECT schemaname, tablename FROM pg_publication_tables "
+                                   "WHERE pubname = %s ORDER BY 1, 2", (publication,))
+        expect_eq(listed, [("public", "items"), ("public", "notes")],
+                  "pg_publication_tables of %s through pgrelay" % publication)
+        by_function = query(self.url(), "SELECT gpt.relid::regclass::text FROM "
+                                        "pg_get_publication_tables(%s) gpt ORDER BY 1", (publication,))
+        expect_eq(by_function, [("items",), ("notes",)],
+                  "pg_get_publication_tables(%s) through pgrelay" % publication)
+        hidden = query(self.url(), "SELECT DISTINCT pubname FROM pg_publication_tables "
+                                   "WHERE pubname LIKE '\\_pgrelay%%'")
+        expect_eq(hidden, [], "pgrelay's capture publications through pgrelay")
+
+    def new_slot(self):
+        """A fresh slot for each stream, so that nothing an earlier one left unconfirmed returns."""
+        slot = "%s_%d" % (self.slot, self.next_id)
+        conn = psycopg2.connect(self.url(), connection_factory=LogicalReplicationConnection)
+        try:
+            conn.cursor().create_replication_slot(slot, output_plugin="pgoutput")
+        finally:
+            conn.close()
+        return slot
+
+    def write_and_stream(self, publication, via_relay):
+        """Inserts, updates and deletes in both tables; the stream must carry exactly them."""
+        target = self.url() if via_relay else self.direct_url
+        slot = self.new_slot()
+        a, b = self.next_id, self.next_id + 1
+        self.next_id += 2
+        statements = [
+            ("INSERT INTO items VALUES (%d, 'one'), (%d, 'two')" % (a, b)),
+            ("UPDATE items SET v = 'uno' WHERE id = %d" % a),
+            ("DELETE FROM items WHERE id = %d" % b),
+            ("INSERT INTO notes VALUES (%d, 'n')" % a),
+            ("UPDATE notes SET body = 'm' WHERE id = %d" % a),
+            ("DELETE FROM notes WHERE id = %d" % a),
+        ]
+        consumer = Consumer(self.url(), slot, publication)
+        try:
+            for sql in statements:
+                query(target, sql)
+            consumer.pump(lambda: len(consumer.session.transactions) >= len(statements), 60,
+                          "%d transactions on %s" % (len(statements), publication))
+        finally:
+            consumer.close()
+        # The walsender ends once it sees the consumer gone.
+        wait_until(lambda: query(self.url(), "SELECT pg_drop_replication_slot(%s)", (slot,)) or True,
+                   10, "the slot %s free to drop" % slot)
+        changes = consumer.session.changes()
+        expect_eq(consumer.session.errors, [], "pgoutput ordering rules")
+        tags = [[(c[0], c[1]) for c in t] for t in changes]
+        expect_eq(tags, [[("I", "public.items"), ("I", "public.items")], [("U", "public.items")],
+                         [("D", "public.items")], [("I", "public.notes")], [("U", "public.notes")],
+                         [("D", "public.notes")]],
+                  "the changes of the six transactions, in order")
+        schemas = sorted({r["schema"] for r in consumer.session.relations.values()})
+        expect_eq(schemas, ["public"], "schemas of the Relations sent")
+        expect_eq(changes[1][0][4], [str(a), "uno"], "the updated row's new values")
+
+
+def run_scenario(env, scenario, before_install):
+    """FOR ALL TABLES before (or after) the first start, then again between two restarts."""
+    prefix = scenario.name + ": "
+
+    def first():
+        scenario.setup_tables()
+        if before_install:
+            query(scenario.direct_url, "CREATE PUBLICATION allpub FOR ALL TABLES")
+        scenario.restart()
+        if not before_install:
+            query(scenario.url(), "CREATE PUBLICATION allpub FOR ALL TABLES")
+        # Writes to pgrelay's own tables (the publication marker, the catalog) now run under it.
+        query(scenario.url(), "UPDATE items SET v = v WHERE false")
+        scenario.check_catalog("allpub")
+        scenario.write_and_stream("allpub", via_relay=False)
+        scenario.write_and_stream("allpub", via_relay=True)
+        expect_no_refusals(scenario.relay, "first start")
+
+    def between_restarts():
+        scenario.restart()
+        query(scenario.direct_url, "CREATE PUBLICATION allpub2 FOR ALL TABLES")
+        scenario.restart()
+        scenario.check_catalog("allpub2")
+        scenario.write_and_stream("allpub2", via_relay=False)
+        # The first publication, created before, still streams.
+        scenario.write_and_stream("allpub", via_relay=True)
+        expect_no_refusals(scenario.relay, "after two restarts")
+
+    env.check(prefix + "FOR ALL TABLES %s install" % ("before" if before_install else "after"), first)
+    env.check(prefix + "FOR ALL TABLES created between two restarts", between_restarts)
+
+
+def body(env):
+    env.start_postgres(LOGICAL_CONF)
+    base = env.upstream_url().rsplit("/", 1)[0]
+
+    def upstream_scenario(name, db, capture, before_install):
+        env.psql_admin("CREATE DATABASE %s" % db, db="postgres")
+        data_dir = os.path.join(env.base, "data-" + name)
+        port = free_port()
+        upstream = base + "/" + db
+
+        def start():
+            return env.start_relay(data_dir=data_dir, port=port, upstream=upstream,
+                                   extra_args=["--capture", capture])
+        return Scenario(name, upstream, start)
+
+    run_scenario(env, upstream_scenario("trigger", "e2e_trigger", "trigger", True), before_install=True)
+    run_scenario(env, upstream_scenario("native", "e2e_native", "native", False), before_install=False)
+
+    # The embedded default: pgrelay's own PostgreSQL, captured natively.
+    cwd = tempfile.mkdtemp(prefix="all-tables-", dir=env.base)
+    os.chmod(cwd, 0o755)
+    port = free_port()
+
+    def start_embedded():
+        relay = PrivateRelay(env, cwd, port)
+        relay.wait_ready(180)
+        return relay
+    embedded = Scenario("embedded", None, start_embedded)
+    embedded.restart()
+    # Its PostgreSQL listens only on a private socket, which root may enter.
+    settings = {}
+    with open(os.path.join(embedded.relay.cluster_dir(), "pgrelay.conf")) as f:
+        for line in f:
+            if "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                settings[key.strip()] = value.split("#")[0].strip().strip("'")
+    embedded.direct_url = "host=%s port=%s user=postgres dbname=postgres" % (
+        settings["unix_socket_directories"], settings["port"])
+    run_scenario(env, embedded, before_install=False)
+
+
+if __name__ == "__main__":
+    main("all_tables", body)
