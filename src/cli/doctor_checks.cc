@@ -736,6 +736,48 @@ Check check_replication_slots(const Facts& f) {
               counts + ": room for native capture's slot (trigger capture uses none)");
 }
 
+// FOR ALL TABLES holds pgrelay's own tables too. Through pgrelay they never show, but a consumer
+// of the upstream's own slots (another tool beside pgrelay) decodes pgrelay's bookkeeping writes.
+Check check_all_tables_publications(const Facts& f) {
+  std::vector<std::string> all;
+  for (const PublicationFacts& p : f.publications) {
+    if (p.all_tables) all.push_back(p.quoted);
+  }
+  if (all.empty()) {
+    return make("all_tables_publications", Verdict::kOk, "no FOR ALL TABLES publication");
+  }
+  const std::string schema = f.schema.quoted.empty() ? "\"_pgrelay\"" : f.schema.quoted;
+  if (f.server.wal_level != "logical") {
+    Check c = make("all_tables_publications", Verdict::kOk,
+                   "publication " + listing(all) +
+                       " is FOR ALL TABLES: through pgrelay it leaves out pgrelay's schema " +
+                       schema + " (wal_level is not logical, so no other consumer reads it)");
+    return c;
+  }
+  Check c =
+      make("all_tables_publications", Verdict::kWarn,
+           "publication " + listing(all) +
+               " is FOR ALL TABLES: consumers of the upstream's "
+               "own replication slots (not through pgrelay) also receive pgrelay's bookkeeping "
+               "rows from schema " +
+               schema);
+  c.details.push_back(
+      "Through pgrelay, pg_publication_tables and the streams leave pgrelay's schema out; "
+      "pgrelay's own tables all have a replica identity, so their writes never fail.");
+  Fix through{
+      "point those consumers at pgrelay instead of the upstream (nothing to change "
+      "upstream)",
+      {}};
+  c.fixes.push_back(std::move(through));
+  Fix narrow{
+      "or, as a superuser, publish the application's schemas instead (then point the "
+      "consumers' publication_names at the new publication)",
+      {}};
+  narrow.lines.push_back("CREATE PUBLICATION app FOR TABLES IN SCHEMA public;");
+  c.fixes.push_back(std::move(narrow));
+  return c;
+}
+
 // Finds `key "value"` in a libpq message; empty when absent.
 std::string quoted_after(const std::string& message, const std::string& key) {
   const std::size_t at = message.find(key + " \"");
@@ -794,14 +836,22 @@ Report evaluate(const Facts& facts) {
   r.target = facts.connection.user + "@" + facts.connection.host + ":" + facts.connection.port +
              "/" + facts.connection.dbname;
   r.server_version = facts.server.version;
-  r.checks = {check_connection(facts),       check_server_version(facts),
-              check_writable(facts),         check_tls(facts),
-              check_wal_level(facts),        check_role(facts),
-              check_schema(facts),           check_ddl_tracking(facts),
-              check_publications(facts),     check_publication_filters(facts),
-              check_table_privileges(facts), check_replica_identity(facts),
-              check_pg_hba(facts),           check_prepared_transactions(facts),
-              check_replication_slots(facts)};
+  r.checks = {check_connection(facts),
+              check_server_version(facts),
+              check_writable(facts),
+              check_tls(facts),
+              check_wal_level(facts),
+              check_role(facts),
+              check_schema(facts),
+              check_ddl_tracking(facts),
+              check_publications(facts),
+              check_publication_filters(facts),
+              check_table_privileges(facts),
+              check_replica_identity(facts),
+              check_pg_hba(facts),
+              check_prepared_transactions(facts),
+              check_replication_slots(facts),
+              check_all_tables_publications(facts)};
   return r;
 }
 

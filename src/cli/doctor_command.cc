@@ -286,10 +286,11 @@ Subcommand add_doctor_command(CLI::App& parent) {
       "the server version, whether it is a writable primary, TLS, wal_level, the role's rights\n"
       "(superuser, REPLICATION, CREATE on the database, its schema), DDL tracking, the\n"
       "publications and their tables (trigger privileges, replica identity, row filters and\n"
-      "column lists), pg_hba.conf, and the settings capture depends on. Each check prints OK,\n"
-      "WARN, FAIL or SKIP with one line of explanation; one that is not OK also prints the\n"
-      "exact fix: the SQL to run, the postgresql.conf or pg_hba.conf line to write, and\n"
-      "whether a reload or a restart follows.");
+      "column lists, FOR ALL TABLES seen by other consumers), pg_hba.conf, and the settings\n"
+      "capture depends on. Each check prints OK, WARN, FAIL or SKIP with one line of\n"
+      "explanation; one that is not OK also prints the exact fix: the SQL to run, the\n"
+      "postgresql.conf or pg_hba.conf line to write, and whether a reload or a restart\n"
+      "follows.");
   cmd->add_option("URL", options->url,
                   "The upstream: a libpq URL or conninfo string, e.g.\n"
                   "postgres://app@db.example.com/app?sslmode=verify-full\n"

@@ -17,7 +17,8 @@ WRONG_PASSWORD = "Wrong-Pw-9931"
 
 CHECKS = ["connection", "server_version", "writable", "tls", "wal_level", "role", "schema",
           "ddl_tracking", "publications", "publication_filters", "table_privileges",
-          "replica_identity", "pg_hba", "prepared_transactions", "replication_slots"]
+          "replica_identity", "pg_hba", "prepared_transactions", "replication_slots",
+          "all_tables_publications"]
 
 SETUP = """
 CREATE TABLE items (id int PRIMARY KEY, name text);
@@ -482,6 +483,13 @@ def body(env):
         env.psql_admin("SELECT pg_drop_replication_slot('doctor_slot')")
         checks, out = doctor(env, su, 0)
         expect_check(checks, "replication_slots", "OK", "(0 in use)")
+        # A FOR ALL TABLES publication: other consumers of upstream slots see pgrelay's rows.
+        expect_check(checks, "all_tables_publications", "OK", "no FOR ALL TABLES publication")
+        env.psql_admin("CREATE PUBLICATION doctor_all FOR ALL TABLES")
+        checks, out = doctor(env, su, 0)
+        expect_check(checks, "all_tables_publications", "WARN", "doctor_all", "bookkeeping rows",
+                     "point those consumers at pgrelay", "FOR TABLES IN SCHEMA public")
+        env.psql_admin("DROP PUBLICATION doctor_all")
 
     env.check("wal_level=logical: native-side checks (REPLICATION, slots, prepared transactions)",
               native_settings)
