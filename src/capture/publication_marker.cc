@@ -94,7 +94,8 @@ Status install_publication_marker(PgSession& s, const std::string& schema,
   }
   PGRELAY_TRY(s.run(fingerprint_function(q, own_array)));
   PGRELAY_TRY(s.run(note_function(q, *prefix)));
-  PGRELAY_TRY(s.run("REVOKE ALL ON FUNCTION " + q + ".note_publications(boolean) FROM PUBLIC"));
+  PGRELAY_TRY(s.run("REVOKE ALL ON FUNCTION " + q + ".note_publications(boolean), " + q +
+                    ".publications_fingerprint() FROM PUBLIC"));
   // The publications as they are now need no marker: they are read at START_REPLICATION.
   PGRELAY_TRY(s.run("INSERT INTO " + q + ".publication_state SELECT " + q +
                     ".publications_fingerprint() WHERE NOT EXISTS (SELECT FROM " + q +

@@ -228,6 +228,7 @@ class CatalogWorker {
       row.usename = w.user;
       row.application_name = w.application_name;
       if (!w.client_addr.empty()) row.client_addr = w.client_addr;
+      row.client_port = w.client_port;
       row.state = w.state;
       row.sent_lsn = w.sent;
       row.write_lsn = w.write;

@@ -44,6 +44,7 @@ struct WalsenderInfo {
   std::string user;
   std::string application_name;
   std::string client_addr;
+  std::optional<int> client_port;  // none for a Unix socket
   std::int64_t backend_start = 0;  // µs since 2000-01-01
   std::string state = "startup";   // startup, catchup, streaming, stopping
   Lsn sent, write, flush, replay;

@@ -492,7 +492,10 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.info.pid = pid_;
   params.info.user = user_.name;
   if (auto app = startup_.find("application_name")) params.info.application_name = *app;
-  if (auto peer = client_.transport().peer_address()) params.info.client_addr = peer->to_string();
+  if (auto peer = client_.transport().peer_endpoint()) {
+    params.info.client_addr = peer->address().to_string();
+    params.info.client_port = peer->port();
+  }
   params.info.backend_start = log::now_pg_micros();
   params.logger = context_.logger;
   params.progress_interval = context_.settings.catch_up_report_interval;

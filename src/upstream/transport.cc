@@ -113,15 +113,20 @@ asio::any_io_executor Transport::executor() {
       stream_);
 }
 
-std::optional<asio::ip::address> Transport::peer_address() const {
+std::optional<tcp::endpoint> Transport::peer_endpoint() const {
   std::error_code ec;
   if (const auto* s = std::get_if<tcp::socket>(&stream_)) {
     auto ep = s->remote_endpoint(ec);
-    if (!ec) return ep.address();
+    if (!ec) return ep;
   } else if (const auto* t = std::get_if<std::unique_ptr<TlsStream>>(&stream_)) {
     auto ep = (*t)->lowest_layer().remote_endpoint(ec);
-    if (!ec) return ep.address();
+    if (!ec) return ep;
   }
+  return std::nullopt;
+}
+
+std::optional<asio::ip::address> Transport::peer_address() const {
+  if (auto ep = peer_endpoint()) return ep->address();
   return std::nullopt;
 }
 

@@ -49,6 +49,8 @@ class Transport {
   asio::any_io_executor executor();
   // The peer's address (IP, or "local" for a Unix socket), for authentication rules and logs.
   std::optional<asio::ip::address> peer_address() const;
+  // The peer's address and port; nullopt for a Unix socket or a closed connection.
+  std::optional<asio::ip::tcp::endpoint> peer_endpoint() const;
 
  private:
   using TlsStream = asio::ssl::stream<tcp::socket>;

@@ -366,6 +366,9 @@ constexpr std::string_view kPrivateFunctions[] = {
     "sync(boolean)",
     "capture_truncate()",
     "on_ddl()",
+    // Trigger functions: Postgres fires them without checking EXECUTE.
+    "truncate_begin()",
+    "truncate_end()",
 };
 
 struct Names {
