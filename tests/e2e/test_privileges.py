@@ -117,8 +117,9 @@ def recvlogical(port, user, password, db, slot, publication):
             "proto_version=1", "-o", "publication_names=" + publication, "-f", "/dev/null"]
 
 
-def run_mode(env, mode, db):
-    prefix = mode + ": "
+def run_mode(env, mode, db, installer=SUPERUSER):
+    """The matrix with `mode` capture, pgrelay logging in upstream as `installer`."""
+    prefix = mode + (" installed by the table owner" if installer != SUPERUSER else "") + ": "
     env.psql_admin("CREATE DATABASE %s OWNER %s" % (db, ROLES["owner"]), db="postgres")
     env.psql_admin("CREATE TABLE public.items (id int PRIMARY KEY, v text); "
                    "ALTER TABLE public.items OWNER TO %s; "
@@ -126,13 +127,15 @@ def run_mode(env, mode, db):
                    "GRANT ALL ON SCHEMA public TO PUBLIC" % ROLES["owner"], db=db)
     secrets = {k: hash_password(env, ROLE_PASSWORD) for k in RELAY_USERS}
     upstream = env.upstream_url().rsplit("/", 1)[0] + "/" + db
+    if installer != SUPERUSER:
+        upstream = "postgres://%s:%s@127.0.0.1:%d/%s" % (installer, ROLE_PASSWORD, env.pg_port, db)
     args = ["--capture", mode, "--user", "%s %s replication" % (SUPERUSER, hash_password(env, PASSWORD)),
             "--user", "%s %s replication" % (RELAY_USERS["repl"], secrets["repl"]),
             "--user", "%s %s" % (RELAY_USERS["plain"], secrets["plain"])]
-    relay = env.start_relay(data_dir=os.path.join(env.base, "data-" + mode), upstream=upstream, extra_args=args)
+    relay = env.start_relay(data_dir=os.path.join(env.base, "data-" + db), upstream=upstream, extra_args=args)
 
     walsenders = []
-    env.psql_admin("SELECT pg_create_logical_replication_slot('native_w_%s', 'pgoutput')" % mode, db=db)
+    env.psql_admin("SELECT pg_create_logical_replication_slot('native_w_%s', 'pgoutput')" % db, db=db)
     made = once(relay.port, SUPERUSER, db, "SELECT pg_create_logical_replication_slot('relay_w', 'pgoutput')")
     expect(made.startswith("ok"), "the walsender's slot on pgrelay", got=made)
     seen = {"native": None, "relay": None}
@@ -144,7 +147,7 @@ def run_mode(env, mode, db):
             p.kill()
             p.wait()
         walsenders.clear()
-        walsenders.append(env.spawn(recvlogical(env.pg_port, ROLES["repl"], ROLE_PASSWORD, db, "native_w_" + mode,
+        walsenders.append(env.spawn(recvlogical(env.pg_port, ROLES["repl"], ROLE_PASSWORD, db, "native_w_" + db,
                                                 "matrix"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         walsenders.append(env.spawn(recvlogical(relay.port, RELAY_USERS["repl"], ROLE_PASSWORD, db, "relay_w",
                                                 "matrix"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -168,7 +171,7 @@ def run_mode(env, mode, db):
         table = []
         for name, template, _ in CALLS:
             for key, role in ROLES.items():
-                tag = "%s_%s" % (key, mode)
+                tag = "%s_%s" % (key, db)
                 # A slot to drop, made as the superuser each time (natively and in pgrelay).
                 env.psql_admin("SELECT pg_create_logical_replication_slot('victim_%s', 'pgoutput')" % tag, db=db)
                 for victim in ("victim_%s" % tag, "victim_%s_r" % tag):
@@ -262,6 +265,7 @@ def body(env):
                       ROLE_PASSWORD))
     run_mode(env, "trigger", "priv_trigger")
     run_mode(env, "native", "priv_native")
+    run_mode(env, "trigger", "priv_owned", installer=ROLES["owner"])
 
 
 if __name__ == "__main__":
