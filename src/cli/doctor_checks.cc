@@ -274,6 +274,20 @@ Check check_schema(const Facts& f) {
   return make("schema", Verdict::kOk, summary);
 }
 
+// What other roles may do with pgrelay's objects: the audit the Security section of the README
+// describes. Informational: pgrelay itself grants only what Postgres gives every role.
+Check check_grants(const Facts& f) {
+  const SchemaFacts& s = f.schema;
+  if (!s.exists) {
+    return make("grants", Verdict::kSkip, "schema " + s.quoted + " does not exist yet");
+  }
+  Check c = make("grants", Verdict::kOk,
+                 std::to_string(s.grants.size()) + " grants on objects in schema " + s.quoted +
+                     " to roles other than their owner (each listed below)");
+  c.details = s.grants;
+  return c;
+}
+
 Check check_ddl_tracking(const Facts& f) {
   const std::string evt =
       f.schema.quoted == f.schema.name ? f.schema.name + "_ddl" : sql_quote(f.schema.name + "_ddl");
@@ -843,6 +857,7 @@ Report evaluate(const Facts& facts) {
               check_wal_level(facts),
               check_role(facts),
               check_schema(facts),
+              check_grants(facts),
               check_ddl_tracking(facts),
               check_publications(facts),
               check_publication_filters(facts),

@@ -152,6 +152,27 @@ SELECT pg_catalog.quote_ident($1), n.oid IS NOT NULL,
 FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = $1
 )sql";
 
+constexpr const char* kGrantsSql = R"sql(
+WITH objects AS (
+  SELECT p.oid::pg_catalog.regprocedure::text AS object, p.proowner AS owner,
+         coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)) AS acl
+  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+  WHERE n.nspname = $1
+  UNION ALL
+  SELECT c.oid::pg_catalog.regclass::text, c.relowner,
+         coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner))
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = $1 AND c.relkind IN ('r', 'v', 'm', 'p', 'f', 'S')
+)
+SELECT o.object || ': ' || pg_catalog.string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
+       || ' to ' || CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+FROM objects o, pg_catalog.aclexplode(o.acl) a
+WHERE a.grantee <> o.owner
+GROUP BY o.object, a.grantee
+ORDER BY 1
+)sql";
+
 Status read_schema(PGconn* conn, const std::string& name, SchemaFacts& s) {
   s.name = name;
   auto r = query(conn, kSchemaSql, {name});
@@ -164,6 +185,11 @@ Status read_schema(PGconn* conn, const std::string& name, SchemaFacts& s) {
   if (r->flag(0, 4)) {
     auto v = query(conn, "SELECT value FROM " + s.quoted + ".meta WHERE key = 'version'");
     if (v.ok() && v->count() == 1) s.capture_version = v->number(0, 0);
+  }
+  if (s.exists) {
+    auto g = query(conn, kGrantsSql, {name});
+    if (!g.ok()) return g.error();
+    for (int i = 0; i < g->count(); ++i) s.grants.push_back(g->value(i, 0));
   }
   return {};
 }

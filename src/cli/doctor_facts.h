@@ -63,6 +63,9 @@ struct SchemaFacts {
   std::string owner_quoted;
   std::optional<int> capture_version;   // trigger capture installed in it (meta.version)
   bool event_trigger_disabled = false;  // its DDL event trigger exists with evtenabled = 'D'
+  // "object: privileges to grantee" for every privilege on an object in it held by a role other
+  // than the object's owner (PUBLIC included; a function without an ACL is PUBLIC's to execute).
+  std::vector<std::string> grants;
 };
 
 struct PublicationFacts {

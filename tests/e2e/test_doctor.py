@@ -15,7 +15,7 @@ USER = "doctor_user"
 USER_PASSWORD = "Doctor-Pw-4417"
 WRONG_PASSWORD = "Wrong-Pw-9931"
 
-CHECKS = ["connection", "server_version", "writable", "tls", "wal_level", "role", "schema",
+CHECKS = ["connection", "server_version", "writable", "tls", "wal_level", "role", "schema", "grants",
           "ddl_tracking", "publications", "publication_filters", "table_privileges",
           "replica_identity", "pg_hba", "prepared_transactions", "replication_slots",
           "all_tables_publications"]

@@ -192,6 +192,8 @@ def run_mode(env, mode, db, installer=SUPERUSER):
                 # Through pgrelay, pg_stat_replication shows what the upstream role pgrelay logs
                 # in as may see: pgrelay's users have no pg_read_all_stats of their own.
                 if key in RELAY_USERS and name != "read walsender details":
+                    if name.startswith("terminate"):
+                        native_pid, relay_pid = start_walsenders()  # the direct call may have ended it
                     r = connect(relay.port, RELAY_USERS[key], db)
                     relay_sql = template.format(s="pg_catalog", emit="pg_catalog.pg_logical_emit_message",
                                                 tag=tag + "_r", walsender=relay_pid)
@@ -248,6 +250,17 @@ def run_mode(env, mode, db, installer=SUPERUSER):
         expect_eq(unknown, [], "objects in _pgrelay that the matrix does not cover")
         expect_eq(open_internal, [], "pgrelay's own functions that a plain role may execute")
         expect_eq(open_tables, [], "pgrelay's tables that a plain role may read or write")
+        # pgrelay doctor lists the same grants, for an audit.
+        import json
+        r = subprocess.run([env.pgrelay, "doctor", "--json", upstream], capture_output=True, text=True,
+                           timeout=60)
+        grants = [c for c in json.loads(r.stdout)["checks"] if c["name"] == "grants"]
+        expect(grants, "doctor reports a grants check", got=r.stdout[-500:])
+        lines = grants[0]["details"]
+        expect("_pgrelay.pg_replication_slots: SELECT to PUBLIC" in lines,
+               "doctor lists the SELECT on pg_replication_slots granted to PUBLIC", got=lines)
+        leaked = [l for l in lines if "catalog_slots" in l or "relay_" in l or "catalog_create_slot(" in l]
+        expect_eq(leaked, [], "grants doctor lists on pgrelay's internal objects")
 
     try:
         env.check(prefix + "the privilege matrix matches Postgres's", matrix)
