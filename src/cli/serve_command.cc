@@ -641,10 +641,11 @@ int run_serve(const ServeOptions& options) {
   context.upstream_tls = upstream_tls->get();
 
   server::SqlRewriter rewriter(server::RewriteOptions{options.schema});
-  context.rewrite = [&rewriter](std::string_view sql,
-                                server::SlotAccess access) -> std::optional<std::string> {
-    if (!rewriter.may_need_rewrite(sql)) return std::nullopt;
-    auto rewritten = rewriter.rewrite(sql, access);
+  context.rewrite = [&rewriter](
+                        std::string_view sql,
+                        const server::StatementSource& source) -> std::optional<std::string> {
+    if (!rewriter.may_need_rewrite(sql, source)) return std::nullopt;
+    auto rewritten = rewriter.rewrite(sql, source);
     if (!rewritten.ok()) return std::nullopt;
     return *rewritten;
   };

@@ -126,19 +126,19 @@ upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelaySt
 
 // The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
 // SQL names a virtualized object, else the original bytes.
-void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, SlotAccess access,
-                         Bytes& out) {
+void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite,
+                         const StatementSource& source, Bytes& out) {
   if (rewrite && (tag == 'Q' || tag == 'P')) {
     if (tag == 'Q') {
       if (auto query = wire::parse_query(body); query.ok()) {
-        if (auto sql = rewrite(query->sql, access)) {
+        if (auto sql = rewrite(query->sql, source)) {
           Bytes encoded = wire::encode(wire::Query{*sql});
           out.insert(out.end(), encoded.begin(), encoded.end());
           return;
         }
       }
     } else if (auto parse = wire::parse_parse(body); parse.ok()) {
-      if (auto sql = rewrite(parse->sql, access)) {
+      if (auto sql = rewrite(parse->sql, source)) {
         parse->sql = *sql;
         Bytes encoded = wire::encode(*parse);
         out.insert(out.end(), encoded.begin(), encoded.end());
@@ -151,9 +151,9 @@ void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite, Slo
 
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
-                                                   const ServerContext& context, SlotAccess access,
-                                                   RelayState& state, asio::steady_timer& wake,
-                                                   Counter* relayed) {
+                                                   const ServerContext& context,
+                                                   const StatementSource& source, RelayState& state,
+                                                   asio::steady_timer& wake, Counter* relayed) {
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
@@ -179,14 +179,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
-    append_client_frame(frame->tag, frame->body, rewrite, access, batch);
+    append_client_frame(frame->tag, frame->body, rewrite, source, batch);
     state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
     while (!terminate && batch.size() < kBatchBytes) {
       auto more = client.reader().next_view();
       if (!more.ok() || !more->has_value()) break;
-      append_client_frame((*more)->tag, (*more)->body, rewrite, access, batch);
+      append_client_frame((*more)->tag, (*more)->body, rewrite, source, batch);
       state.count_client_frame((*more)->tag);
       terminate = (*more)->tag == 'X';
     }
@@ -202,7 +202,9 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
 upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
                                            const wire::StartupMessage& startup, const User& user,
                                            ServerContext& context) {
-  const SlotAccess access = user.replication ? SlotAccess::kGranted : SlotAccess::kDenied;
+  // pg_dump names itself (libpq's fallback_application_name); its dumps leave pgrelay out.
+  const StatementSource source(user.replication ? SlotAccess::kGranted : SlotAccess::kDenied,
+                               startup.find("application_name").value_or("") == "pg_dump");
   auto link =
       co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
                                           upstream_parameters(startup), context.upstream_tls);
@@ -247,7 +249,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   if (greeted) {
     co_await (copy_upstream_to_client(link->stream.transport(), client.transport(),
                                       std::move(buffer), kept, state, wake, to_client) ||
-              relay_client_to_upstream(client, link->stream.transport(), context, access, state,
+              relay_client_to_upstream(client, link->stream.transport(), context, source, state,
                                        wake, to_upstream) ||
               end_when_idle(client, state, wake));
   }

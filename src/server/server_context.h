@@ -46,8 +46,9 @@ class CancelRegistry {
 };
 
 // Rewrites a statement that names virtualized catalog objects, for a session of a user with or
-// without the REPLICATION right; nullopt leaves it unchanged.
-using SqlRewrite = std::function<std::optional<std::string>(std::string_view, SlotAccess)>;
+// without the REPLICATION right, of pg_dump or not; nullopt leaves it unchanged.
+using SqlRewrite =
+    std::function<std::optional<std::string>(std::string_view, const StatementSource&)>;
 
 struct ServerContext {
   upstream::UpstreamConfig upstream;

@@ -61,6 +61,13 @@ std::string_view replacement(const FunctionTarget& target, SlotAccess access) {
   return target.checked;
 }
 
+// What pg_dump reads to find pgrelay's objects: in its sessions, set-returning functions of the
+// same name with a dump_ prefix in pgrelay's schema (virtual_catalog.cc says what each leaves
+// out; pg_dump refuses to read non-system views).
+constexpr std::array<std::string_view, 6> kDumpRelations = {
+    "pg_namespace",   "pg_trigger",         "pg_event_trigger",
+    "pg_publication", "pg_publication_rel", "pg_publication_namespace"};
+
 // Settings whose SHOW becomes a SELECT of pgrelay's current_setting().
 constexpr std::array<std::string_view, 4> kShowSettings = {"wal_level", "max_replication_slots",
                                                            "max_wal_senders", "wal_sender_timeout"};
@@ -116,7 +123,7 @@ bool is_identifier_char(char c) {
          c == '$' || static_cast<unsigned char>(c) >= 0x80;
 }
 
-bool mentions_catalog(std::string_view sql) {
+bool mentions_catalog(std::string_view sql, bool pg_dump = false) {
   for (std::size_t i = 0; i < sql.size(); ++i) {
     switch (lower(sql[i])) {
       case 'p':
@@ -129,6 +136,11 @@ bool mentions_catalog(std::string_view sql) {
     }
     for (std::string_view needle : kNeedles) {
       if (needle.front() == lower(sql[i]) && starts_with_ci(sql, i, needle)) return true;
+    }
+    if (pg_dump) {
+      for (std::string_view needle : kDumpRelations) {
+        if (needle.front() == lower(sql[i]) && starts_with_ci(sql, i, needle)) return true;
+      }
     }
   }
   return false;
@@ -304,8 +316,11 @@ const char* node_string(const PgQuery__Node* node) {
 
 class TextRewriter {
  public:
-  TextRewriter(const std::string& quoted_schema, SlotAccess access, int depth)
-      : quoted_schema_(quoted_schema), access_(access), depth_(depth) {}
+  TextRewriter(const std::string& quoted_schema, const StatementSource& source, int depth)
+      : quoted_schema_(quoted_schema),
+        access_(source.slots),
+        pg_dump_(source.pg_dump),
+        depth_(depth) {}
 
   // Statement text → rewritten text, nullopt to leave it, or an error from the parser's output.
   Result<std::optional<std::string>> run(std::string_view sql) {
@@ -442,16 +457,31 @@ class TextRewriter {
   }
 
   void on_range_var(const PgQuery__RangeVar& rv) {
-    if (rv.relname == nullptr || !contains(kRelations, rv.relname)) return;
+    if (rv.relname == nullptr) return;
+    const bool dumped = pg_dump_ && contains(kDumpRelations, rv.relname);
+    if (!dumped && !contains(kRelations, rv.relname)) return;
     if (rv.catalogname != nullptr && rv.catalogname[0] != '\0') return;
     const std::size_t i = tokens_->at(rv.location);
     if (i == Tokens::npos) return;
     const std::string_view schema = rv.schemaname != nullptr ? rv.schemaname : "";
     if (schema.empty()) {
       if (contains(ctes_, rv.relname)) return;  // the CTE, not the catalog view
-      if (tokens_->is_identifier(i, rv.relname)) insert_before(i, prefix());
+      if (!tokens_->is_identifier(i, rv.relname)) return;
+      if (dumped) {
+        // Unaliased, the call keeps the name column references qualify.
+        const bool aliased = rv.alias != nullptr && rv.alias->aliasname != nullptr;
+        replace_token(i, prefix() + "dump_" + rv.relname + "()" +
+                             (aliased ? std::string() : " " + std::string(rv.relname)));
+      } else {
+        insert_before(i, prefix());
+      }
     } else if (schema == "pg_catalog" && catalog_qualified(i, rv.relname)) {
       replace_token(i, quoted_schema_);
+      if (dumped) {
+        const bool aliased = rv.alias != nullptr && rv.alias->aliasname != nullptr;
+        replace_token(i + 2, std::string("dump_") + rv.relname + "()" +
+                                 (aliased ? std::string() : " " + std::string(rv.relname)));
+      }
     }
   }
 
@@ -587,7 +617,7 @@ class TextRewriter {
     if (language == "plpgsql") {
       rewritten = rewrite_plpgsql(body);
     } else if (language == "sql") {
-      TextRewriter inner(quoted_schema_, access_, depth_ + 1);
+      TextRewriter inner(quoted_schema_, StatementSource(access_, pg_dump_), depth_ + 1);
       auto r = inner.run(body);
       if (!r.ok()) {
         error_ = r.error();
@@ -659,6 +689,7 @@ class TextRewriter {
 
   const std::string& quoted_schema_;
   SlotAccess access_;
+  bool pg_dump_;
   int depth_;
   std::string text_;
   std::optional<Tokens> tokens_;
@@ -674,14 +705,14 @@ class TextRewriter {
 SqlRewriter::SqlRewriter(RewriteOptions options)
     : options_(std::move(options)), quoted_schema_(quote_identifier(options_.schema)) {}
 
-bool SqlRewriter::may_need_rewrite(std::string_view sql) const {
-  return mentions_catalog(sql);
+bool SqlRewriter::may_need_rewrite(std::string_view sql, const StatementSource& source) const {
+  return mentions_catalog(sql, source.pg_dump);
 }
 
 Result<std::optional<std::string>> SqlRewriter::rewrite(std::string_view sql,
-                                                        SlotAccess access) const {
-  if (!may_need_rewrite(sql)) return std::optional<std::string>();
-  TextRewriter rewriter(quoted_schema_, access, 0);
+                                                        const StatementSource& source) const {
+  if (!may_need_rewrite(sql, source)) return std::optional<std::string>();
+  TextRewriter rewriter(quoted_schema_, source, 0);
   return rewriter.run(sql);
 }
 

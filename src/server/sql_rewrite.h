@@ -19,6 +19,16 @@ enum class SlotAccess {
   kDenied,   // denied_*: one without it gets Postgres's refusal (42501)
 };
 
+// Who sends a statement: the slot functions it reaches, and whether it is pg_dump, whose catalog
+// reads then leave out pgrelay's schema, triggers, event triggers and publications (so that a
+// dump taken through pgrelay restores anywhere).
+struct StatementSource {
+  StatementSource(SlotAccess slot_access = SlotAccess::kChecked, bool from_pg_dump = false)
+      : slots(slot_access), pg_dump(from_pg_dump) {}
+  SlotAccess slots;
+  bool pg_dump;
+};
+
 struct RewriteOptions {
   // The upstream schema holding pgrelay's virtual catalog (views and functions).
   std::string schema = "_pgrelay";
@@ -38,13 +48,13 @@ class SqlRewriter {
 
   // Cheap test: false means rewrite() would certainly return nullopt. Case-insensitive substring
   // search for the names involved; most statements answer false without parsing.
-  bool may_need_rewrite(std::string_view sql) const;
+  bool may_need_rewrite(std::string_view sql, const StatementSource& source = {}) const;
 
   // The rewritten text, or nullopt when the text must pass unchanged (nothing to redirect, or the
   // text does not parse: the upstream reports the syntax error itself). An error only when the
   // parser's output is unusable.
   Result<std::optional<std::string>> rewrite(std::string_view sql,
-                                             SlotAccess access = SlotAccess::kChecked) const;
+                                             const StatementSource& source = {}) const;
 
   const RewriteOptions& options() const { return options_; }
 

@@ -136,6 +136,60 @@ CREATE VIEW @S@.pg_publication_tables AS
     FROM pg_catalog.pg_publication_tables t
    WHERE t.schemaname <> @SL@ AND t.pubname::text <> ALL (@HIDDEN@);
 
+-- What pg_dump reads, for its sessions only: a dump taken through pgrelay leaves pgrelay out and
+-- restores anywhere. pgrelay's schema shows under a pg_ name, which pg_dump never dumps (with
+-- everything in it: hiding the row instead would leave its objects without a schema); the capture
+-- triggers on users' tables, pgrelay's event triggers and native capture's publications are left
+-- out. Functions, not views: pg_dump forbids itself non-system views
+-- (restrict_nonsystem_relation_kind). Each returns its catalog's columns as this server has
+-- them, with tableoid first, as pg_dump reads it.
+DO $do$
+DECLARE
+  r record;
+  cols text;
+BEGIN
+  FOR r IN SELECT * FROM (VALUES
+    ('pg_namespace', $q$
+      SELECT n.tableoid, n.oid,
+             CASE WHEN n.nspname = @SL@ THEN ('pg_pgrelay_' || n.oid::text)::name ELSE n.nspname END,
+             n.nspowner, n.nspacl
+        FROM pg_catalog.pg_namespace n $q$),
+    ('pg_trigger', $q$
+      SELECT t.tableoid, t.* FROM pg_catalog.pg_trigger t
+       WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n
+                           ON n.oid = p.pronamespace WHERE p.oid = t.tgfoid AND n.nspname = @SL@) $q$),
+    ('pg_event_trigger', $q$
+      SELECT e.tableoid, e.* FROM pg_catalog.pg_event_trigger e
+       WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n
+                           ON n.oid = p.pronamespace WHERE p.oid = e.evtfoid AND n.nspname = @SL@) $q$),
+    ('pg_publication', $q$
+      SELECT p.tableoid, p.* FROM pg_catalog.pg_publication p
+       WHERE p.pubname::text <> ALL (@HIDDEN@) $q$),
+    ('pg_publication_rel', $q$
+      SELECT r.tableoid, r.* FROM pg_catalog.pg_publication_rel r
+       WHERE r.prpubid NOT IN (SELECT p.oid FROM pg_catalog.pg_publication p
+                                WHERE p.pubname::text = ANY (@HIDDEN@)) $q$),
+    ('pg_publication_namespace', $q$
+      SELECT r.tableoid, r.* FROM pg_catalog.pg_publication_namespace r
+       WHERE r.pnpubid NOT IN (SELECT p.oid FROM pg_catalog.pg_publication p
+                                WHERE p.pubname::text = ANY (@HIDDEN@)) $q$)
+  ) v(catalog, body)
+  LOOP
+    SELECT pg_catalog.string_agg(pg_catalog.format('%I %s', a.attname,
+                                                   pg_catalog.format_type(a.atttypid, a.atttypmod)),
+                                 ', ' ORDER BY a.attnum)
+      INTO cols
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = ('pg_catalog.' || r.catalog)::pg_catalog.regclass
+       AND a.attnum > 0 AND NOT a.attisdropped;
+    EXECUTE pg_catalog.format(
+      'CREATE FUNCTION %s.%I() RETURNS TABLE (tableoid oid, %s) LANGUAGE sql STABLE '
+      'SET search_path = pg_catalog, pg_temp AS %L',
+      pg_catalog.quote_ident(@SL@), 'dump_' || r.catalog, cols, r.body);
+  END LOOP;
+END
+$do$;
+
 -- Scalar subqueries rather than a join keep pg_settings' row order.
 CREATE VIEW @S@.pg_settings AS
   SELECT s.name,
@@ -479,6 +533,8 @@ GRANT EXECUTE ON FUNCTION
   @S@.current_setting(text), @S@.current_setting(text, boolean),
   @S@.pg_current_wal_lsn(), @S@.pg_current_wal_insert_lsn(), @S@.pg_current_wal_flush_lsn(),
   @S@.pg_get_publication_tables(text),
+  @S@.dump_pg_namespace(), @S@.dump_pg_trigger(), @S@.dump_pg_event_trigger(),
+  @S@.dump_pg_publication(), @S@.dump_pg_publication_rel(), @S@.dump_pg_publication_namespace(),
   @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid),
   @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
   @S@.catalog_drop_slot_checked(name, name),
@@ -494,6 +550,8 @@ GRANT EXECUTE ON FUNCTION
 constexpr const char* kDropSql = R"sql(
 DROP VIEW IF EXISTS @S@.pg_replication_slots, @S@.pg_stat_replication, @S@.pg_settings,
   @S@.pg_publication_tables;
+DROP FUNCTION IF EXISTS @S@.dump_pg_namespace(), @S@.dump_pg_trigger(), @S@.dump_pg_event_trigger(),
+  @S@.dump_pg_publication(), @S@.dump_pg_publication_rel(), @S@.dump_pg_publication_namespace();
 DROP FUNCTION IF EXISTS
   @S@.catalog_setting(text), @S@.catalog_log_head(),
   @S@.current_setting(text), @S@.current_setting(text, boolean),

@@ -12,11 +12,12 @@ checks each time that:
   and no Relation of pgrelay's schema.
 """
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_support import expect, expect_eq, free_port, main, wait_until  # noqa: E402
+from e2e_support import PG_BIN, expect, expect_eq, free_port, main, wait_until  # noqa: E402
 from test_embedded import PrivateRelay  # noqa: E402
 from test_native_capture import LOGICAL_CONF, Consumer  # noqa: E402
 
@@ -181,8 +182,35 @@ def run_scenario(env, scenario, before_install):
         scenario.write_and_stream("allpub", via_relay=True)
         expect_no_refusals(scenario.relay, "after two restarts")
 
+    def dump_and_restore():
+        # pg_dump through pgrelay leaves pgrelay's schema, triggers, event triggers and capture
+        # publications out; the dump restores through pgrelay into another database.
+        dump = os.path.join(env.base, "dump-%s.fc" % scenario.name)
+        r = subprocess.run([os.path.join(PG_BIN, "pg_dump"), "-Fc", "-f", dump, scenario.url()],
+                           capture_output=True, text=True, timeout=120)
+        expect_eq(r.returncode, 0, "pg_dump through pgrelay exit code (%s)" % r.stderr[-800:])
+        listing = subprocess.run([os.path.join(PG_BIN, "pg_restore"), "-l", dump], capture_output=True,
+                                 text=True, timeout=60).stdout
+        entries = [l for l in listing.splitlines() if l and not l.startswith(";")]
+        expect_eq([l for l in entries if "pgrelay" in l], [], "pgrelay's objects in the dump")
+        expect(any(" TABLE DATA public items " in l for l in entries), "the dump holds the user's table",
+               got=entries)
+        expect(any("PUBLICATION - allpub " in l for l in entries), "the dump holds the user's publication",
+               got=entries)
+        target = "restored_" + scenario.name
+        query(scenario.url(), "CREATE DATABASE %s" % target)
+        restore_url = scenario.url().rsplit("/", 1)[0] + "/" + target
+        r = subprocess.run([os.path.join(PG_BIN, "pg_restore"), "--exit-on-error", "-d", restore_url, dump],
+                           capture_output=True, text=True, timeout=120)
+        expect_eq(r.returncode, 0, "pg_restore through pgrelay exit code (%s)" % r.stderr[-800:])
+        expect_eq(query(restore_url, "SELECT id, v FROM items ORDER BY id"),
+                  query(scenario.url(), "SELECT id, v FROM items ORDER BY id"), "the restored table's rows")
+        expect_eq(query(restore_url, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%%pgrelay%%'"),
+                  [(0,)], "schemas named after pgrelay in the restored database")
+
     env.check(prefix + "FOR ALL TABLES %s install" % ("before" if before_install else "after"), first)
     env.check(prefix + "FOR ALL TABLES created between two restarts", between_restarts)
+    env.check(prefix + "pg_dump and pg_restore through pgrelay leave pgrelay out", dump_and_restore)
 
 
 def body(env):

@@ -60,6 +60,15 @@ CALLS = [
      ["pg_publication_tables"]),
     ("pg_get_publication_tables", "SELECT count(*) FROM {s}.pg_get_publication_tables('matrix')",
      ["pg_get_publication_tables"]),
+    # What pg_dump's sessions read instead of these catalogs (every role may read the catalogs).
+    ("pg_dump's catalog reads", "SELECT (SELECT count(*) > 0 FROM {dump}pg_namespace{call} x), "
+                                "(SELECT count(*) >= 0 FROM {dump}pg_trigger{call} x), "
+                                "(SELECT count(*) >= 0 FROM {dump}pg_event_trigger{call} x), "
+                                "(SELECT count(*) > 0 FROM {dump}pg_publication{call} x), "
+                                "(SELECT count(*) > 0 FROM {dump}pg_publication_rel{call} x), "
+                                "(SELECT count(*) >= 0 FROM {dump}pg_publication_namespace{call} x)",
+     ["dump_pg_namespace", "dump_pg_trigger", "dump_pg_event_trigger", "dump_pg_publication",
+      "dump_pg_publication_rel", "dump_pg_publication_namespace"]),
 ]
 
 # pgrelay's own objects: no role but the owner may use them (their callers are pgrelay itself,
@@ -180,9 +189,9 @@ def run_mode(env, mode, db, installer=SUPERUSER):
                 time.sleep(0.3)  # pgrelay carries the request out on its catalog thread
 
                 native_sql = template.format(s="pg_catalog", emit="pg_catalog.pg_logical_emit_message",
-                                             tag=tag, walsender=native_pid)
+                                             tag=tag, walsender=native_pid, dump="pg_catalog.", call="")
                 direct_sql = template.format(s="_pgrelay", emit="_pgrelay.emit_message", tag=tag + "_d",
-                                             walsender=relay_pid)
+                                             walsender=relay_pid, dump="_pgrelay.dump_", call="()")
                 c = connect(env.pg_port, role, db)
                 native_out = outcome(c, native_sql)
                 # The direct call drops pgrelay's victim, which exists under the same name.
@@ -196,7 +205,8 @@ def run_mode(env, mode, db, installer=SUPERUSER):
                         native_pid, relay_pid = start_walsenders()  # the direct call may have ended it
                     r = connect(relay.port, RELAY_USERS[key], db)
                     relay_sql = template.format(s="pg_catalog", emit="pg_catalog.pg_logical_emit_message",
-                                                tag=tag + "_r", walsender=relay_pid)
+                                                tag=tag + "_r", walsender=relay_pid, dump="pg_catalog.",
+                                                call="")
                     table.append((name, "pgrelay user like " + key, native_out, outcome(r, relay_sql)))
                     r.close()
                 # Leave no victim behind for the next round.

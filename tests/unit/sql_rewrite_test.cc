@@ -135,6 +135,35 @@ TEST_F(SqlRewriteTest, SlotFunctionsFollowTheSessionsAccess) {
             "\"pg_drop_replication_slot\" FROM \"_pgrelay\".pg_replication_slots");
 }
 
+// pg_dump's catalog reads go to functions that leave pgrelay out; other sessions read the
+// catalogs themselves.
+TEST_F(SqlRewriteTest, PgDumpReadsCatalogsWithoutPgrelay) {
+  const StatementSource dump(SlotAccess::kGranted, true);
+  const std::string namespaces = "SELECT n.tableoid, n.oid, n.nspname FROM pg_namespace n";
+  EXPECT_TRUE(unchanged(namespaces));
+  EXPECT_FALSE(rewriter_.may_need_rewrite(namespaces));
+  EXPECT_TRUE(rewriter_.may_need_rewrite(namespaces, dump));
+  auto r = rewriter_.rewrite(namespaces, dump);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ(**r, "SELECT n.tableoid, n.oid, n.nspname FROM \"_pgrelay\".dump_pg_namespace() n");
+  r = rewriter_.rewrite(
+      "SELECT tableoid, oid, pnpubid FROM pg_catalog.pg_publication_namespace JOIN "
+      "pg_catalog.pg_trigger t ON (src.tbloid = t.tgrelid) LEFT JOIN pg_catalog.pg_trigger u ON "
+      "(u.oid = t.tgparentid) WHERE pg_publication_namespace.pnpubid > 0",
+      dump);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ(**r,
+            "SELECT tableoid, oid, pnpubid FROM \"_pgrelay\".dump_pg_publication_namespace() "
+            "pg_publication_namespace JOIN \"_pgrelay\".dump_pg_trigger() t ON (src.tbloid = "
+            "t.tgrelid) LEFT JOIN \"_pgrelay\".dump_pg_trigger() u ON (u.oid = t.tgparentid) WHERE "
+            "pg_publication_namespace.pnpubid > 0");
+  // A CTE of the same name is the CTE.
+  r = rewriter_.rewrite("WITH pg_publication AS (SELECT 1 AS oid) SELECT oid FROM pg_publication",
+                        dump);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+}
+
 TEST_F(SqlRewriteTest, PublishedTablesLeaveOutPgrelaysOwn) {
   EXPECT_TRUE(rewriter_.may_need_rewrite("select * from PG_PUBLICATION_TABLES"));
   EXPECT_EQ(rw("SELECT DISTINCT t.schemaname, t.tablename FROM pg_catalog.pg_publication_tables t "
