@@ -11,53 +11,62 @@ EntryEncoder::EntryEncoder(log::ChangeView& view, log::Cursor& cursor, const log
       reader_(view, cursor, meta),
       transactional_(meta.kind == log::EntryKind::kTransaction) {}
 
-EncodedMessage EntryEncoder::make(Lsn lsn, pgoutput::Message message) const {
+EncodedMessage EntryEncoder::encode(PendingMessage pending) {
   EncodedMessage out;
-  out.lsn = lsn;
-  if (auto* rel = std::get_if<pgoutput::Relation>(&message)) out.oid = rel->oid;
-  if (auto* type = std::get_if<pgoutput::Type>(&message)) out.oid = type->oid;
-  out.payload = pgoutput::encode(message);
+  out.lsn = pending.lsn;
+  if (auto* rel = std::get_if<pgoutput::Relation>(&pending.message)) out.oid = rel->oid;
+  if (auto* type = std::get_if<pgoutput::Type>(&pending.message)) out.oid = type->oid;
+  out.payload = pgoutput::encode(pending.message);
   out.tag = out.payload.empty() ? 0 : static_cast<char>(out.payload[0]);
   return out;
 }
 
 Result<std::optional<EncodedMessage>> EntryEncoder::next() {
+  auto pending = next_message();
+  if (!pending.ok()) return pending.error();
+  if (!pending->has_value()) return std::optional<EncodedMessage>();
+  return std::optional<EncodedMessage>(encode(std::move(**pending)));
+}
+
+Result<std::optional<PendingMessage>> EntryEncoder::next_message() {
+  using Out = std::optional<PendingMessage>;
   if (!queue_.empty()) {
-    EncodedMessage m = std::move(queue_.front());
+    PendingMessage m = std::move(queue_.front());
     queue_.erase(queue_.begin());
-    return std::optional<EncodedMessage>(std::move(m));
+    return Out(std::move(m));
   }
-  if (done_) return std::optional<EncodedMessage>();
+  if (done_) return Out();
   auto change = reader_.next();
   if (!change.ok()) return change.error();
   if (change->has_value()) {
     log::Change& c = **change;
-    EncodedMessage m = make(c.lsn, log::to_message(std::move(c.message)));
+    PendingMessage m{c.lsn, log::to_message(std::move(c.message))};
     if (transactional_ && !begun_) {
       begun_ = true;
       queue_.push_back(std::move(m));
       if (!meta_.origin.empty()) {
-        queue_.insert(queue_.begin(),
-                      make(meta_.begin_lsn, pgoutput::Origin{meta_.origin_lsn, meta_.origin}));
+        queue_.insert(
+            queue_.begin(),
+            PendingMessage{meta_.begin_lsn, pgoutput::Origin{meta_.origin_lsn, meta_.origin}});
       }
-      return std::optional<EncodedMessage>(
-          make(meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
+      return Out(PendingMessage{meta_.begin_lsn,
+                                pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}});
     }
-    return std::optional<EncodedMessage>(std::move(m));
+    return Out(std::move(m));
   }
-  if (reader_.paused()) return std::optional<EncodedMessage>();
+  if (reader_.paused()) return Out();
   done_ = true;
   if (transactional_ && reader_.send_entry()) {
-    queue_.push_back(
-        make(meta_.end_lsn, pgoutput::Commit{meta_.commit_lsn, meta_.end_lsn, meta_.commit_time}));
+    queue_.push_back(PendingMessage{
+        meta_.end_lsn, pgoutput::Commit{meta_.commit_lsn, meta_.end_lsn, meta_.commit_time}});
     if (!begun_) {
       begun_ = true;
-      return std::optional<EncodedMessage>(
-          make(meta_.begin_lsn, pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}));
+      return Out(PendingMessage{meta_.begin_lsn,
+                                pgoutput::Begin{meta_.commit_lsn, meta_.commit_time, meta_.xid}});
     }
-    return next();
+    return next_message();
   }
-  return std::optional<EncodedMessage>();
+  return Out();
 }
 
 void EncodedEntry::add(const EncodedMessage& m) {

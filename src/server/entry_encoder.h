@@ -18,6 +18,12 @@ namespace pgrelay::server {
 
 using wire::Lsn;
 
+// A message the encoder yields, before encoding: what binary mode converts first.
+struct PendingMessage {
+  Lsn lsn;
+  pgoutput::Message message;
+};
+
 struct EncodedMessage {
   Lsn lsn;                // XLogData start (and end) for this message
   char tag = 0;           // pgoutput message type: 'B', 'R', 'Y', 'I', 'C', ...
@@ -67,19 +73,20 @@ class EntryEncoder {
   EntryEncoder(log::ChangeView& view, log::Cursor& cursor, const log::EntryMeta& meta);
   // The next message; nullopt at the end of the entry, or when paused().
   Result<std::optional<EncodedMessage>> next();
+  // The same, not encoded yet (encode it with encode()).
+  Result<std::optional<PendingMessage>> next_message();
+  static EncodedMessage encode(PendingMessage message);
   // The view paused at a publications-changed marker (ChangeView): the caller may replace its
   // options, and next() goes on with the entry.
   bool paused() const { return reader_.paused(); }
 
  private:
-  EncodedMessage make(Lsn lsn, pgoutput::Message message) const;
-
   log::EntryMeta meta_;
   log::ViewReader reader_;
   bool transactional_;
   bool begun_ = false;
   bool done_ = false;
-  std::vector<EncodedMessage> queue_;  // Begin/Origin ahead of the first change
+  std::vector<PendingMessage> queue_;  // Begin/Origin ahead of the first change
 };
 
 // Recently encoded entries by (view, entry), bounded in bytes, least recently used out first.

@@ -65,6 +65,25 @@ std::vector<WalsenderInfo> ReplicationHub::walsenders() const {
   return out;
 }
 
+std::shared_ptr<asio::steady_timer> ReplicationHub::converting(std::uint64_t view_id,
+                                                               Lsn end_lsn) const {
+  auto it = converting_.find({view_id, end_lsn.value()});
+  return it == converting_.end() ? nullptr : it->second;
+}
+
+void ReplicationHub::begin_converting(std::uint64_t view_id, Lsn end_lsn) {
+  auto timer = std::make_shared<asio::steady_timer>(executor_);
+  timer->expires_at(asio::steady_timer::time_point::max());
+  converting_.emplace(std::make_pair(view_id, end_lsn.value()), std::move(timer));
+}
+
+void ReplicationHub::end_converting(std::uint64_t view_id, Lsn end_lsn) {
+  auto it = converting_.find({view_id, end_lsn.value()});
+  if (it == converting_.end()) return;
+  it->second->cancel();
+  converting_.erase(it);
+}
+
 bool ReplicationHub::terminate(int pid) {
   auto it = walsenders_.find(pid);
   if (it == walsenders_.end()) return false;

@@ -12,6 +12,7 @@
 #include "base/result.h"
 #include "log/change_log.h"
 #include "log/slots.h"
+#include "server/binary_values.h"
 #include "server/entry_encoder.h"
 #include "upstream/libpq_pool.h"
 #include "upstream/upstream_config.h"
@@ -74,6 +75,16 @@ class ReplicationHub {
   int allocate_pid() { return next_pid_++; }
   // Encoded entries shared by walsenders with the same view (executor thread only).
   EncodedEntryCache& encoded_cache() { return encoded_cache_; }
+  // Binary mode's conversions through the upstream (blocking pool; thread-safe).
+  BinaryConverter& binary_converter() { return binary_converter_; }
+  // An entry a walsender is encoding while it waits for the upstream (binary mode): others
+  // with the same view wait for it to reach the cache instead of converting it again.
+  // converting() gives the timer to wait on (its wait ends when the encoding does), or null
+  // when nobody encodes that entry; begin_converting() registers one, end_converting() wakes
+  // its waiters. Executor thread only.
+  std::shared_ptr<asio::steady_timer> converting(std::uint64_t view_id, Lsn end_lsn) const;
+  void begin_converting(std::uint64_t view_id, Lsn end_lsn);
+  void end_converting(std::uint64_t view_id, Lsn end_lsn);
 
   // Walsenders wait on their own timer; the hub cancels every registered timer when the log
   // grows, which wakes them. Call from the executor's thread.
@@ -120,6 +131,9 @@ class ReplicationHub {
   upstream::LibpqPool side_connections_;
   int next_pid_ = kFirstWalsenderPid;
   EncodedEntryCache encoded_cache_{64u << 20};
+  BinaryConverter binary_converter_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::shared_ptr<asio::steady_timer>>
+      converting_;
   std::set<asio::steady_timer*> watchers_;
   struct Running {
     WalsenderInfo info;

@@ -444,6 +444,8 @@ upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
   for (const auto& pub : names) view.key += pub + '\n';
   view.key += options.messages ? "messages" : "no messages";
   view.key += options.origin == pgoutput::OriginFilter::kNone ? "|origin none" : "|origin any";
+  // Binary mode sends other bytes for the same values: its entries are cached apart.
+  view.key += options.binary ? "|binary" : "|text";
   // What the publications said when read (tables, column lists, row filters): sessions that
   // read them before and after an ALTER PUBLICATION must not share bytes.
   if (view.options.publications) view.key += '\n' + view.options.publications->key();
@@ -467,12 +469,6 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   PGRELAY_CO_TRY(hub_.slots().check_usable(name));
   auto options = pgoutput::pgoutput_options_for_start(command.options);
   if (!options.ok()) co_return options.error();
-  if (options->binary) {
-    co_return Error::make(sqlstate::kFeatureNotSupported,
-                          "pgrelay cannot send values in binary format",
-                          "pgrelay keeps Postgres's text output of every value; start replication "
-                          "without binary 'true'.");
-  }
   PGRELAY_CO_TRY(hub_.slots().acquire(name, pid_));
 
   auto view = co_await load_view(*options);
@@ -487,6 +483,7 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.requested_start = command.start;
   params.options = *options;
   params.view = std::move(*view);
+  if (options->binary) params.binary_conninfo = context_.upstream.conninfo(startup_.database());
   params.reload_view = [this, options = *options]() { return load_view(options); };
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;

@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
+#include "server/binary_values.h"
+#include "server/blocking.h"
 #include "server/command_result.h"
 #include "server/entry_encoder.h"
 #include "server/entry_source.h"
@@ -183,13 +185,71 @@ upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderPara
   co_return Status{};
 }
 
+// Binary mode converts an entry's values a batch of messages at a time (one upstream round trip
+// per batch, most transactions being one batch); the bounds keep a huge transaction's memory
+// bounded.
+constexpr std::size_t kBinaryBatchMessages = 4096;
+constexpr std::size_t kBinaryBatchBytes = 1u << 20;
+
+std::size_t value_bytes(const pgoutput::Tuple& tuple) {
+  std::size_t n = 0;
+  for (const auto& v : tuple.columns) n += v.bytes.size();
+  return n;
+}
+
+std::size_t value_bytes(const pgoutput::Message& m) {
+  if (auto* i = std::get_if<pgoutput::Insert>(&m)) return value_bytes(i->new_tuple);
+  if (auto* u = std::get_if<pgoutput::Update>(&m)) {
+    return value_bytes(u->new_tuple) + (u->old ? value_bytes(u->old->tuple) : 0);
+  }
+  if (auto* d = std::get_if<pgoutput::Delete>(&m)) return value_bytes(d->old.tuple);
+  return 0;
+}
+
+// Replaces the text values of `batch` by their binary form, through the upstream on the
+// blocking pool (the io thread goes on with other sessions meanwhile).
+upstream::awaitable<Status> convert_to_binary(ReplicationHub& hub, const std::string& conninfo,
+                                              std::vector<PendingMessage>& batch,
+                                              RelationTypes& types) {
+  std::vector<pgoutput::Message*> messages;
+  messages.reserve(batch.size());
+  for (auto& m : batch) messages.push_back(&m.message);
+  auto values = collect_text_values(messages, types);
+  if (!values.ok()) co_return values.error();
+  if (values->empty()) co_return Status{};
+  co_return co_await run_blocking(
+      hub.blocking(), [&] { return hub.binary_converter().convert(conninfo, *values); });
+}
+
+// While a session converts an entry, others with its view wait for the result (see
+// ReplicationHub::converting); this ends the wait however the encoding ends.
+class ConvertingEntry {
+ public:
+  ConvertingEntry(ReplicationHub& hub, std::uint64_t view_id, Lsn end_lsn)
+      : hub_(hub), view_id_(view_id), end_lsn_(end_lsn) {
+    hub_.begin_converting(view_id_, end_lsn_);
+  }
+  ~ConvertingEntry() { hub_.end_converting(view_id_, end_lsn_); }
+  ConvertingEntry(const ConvertingEntry&) = delete;
+  ConvertingEntry& operator=(const ConvertingEntry&) = delete;
+
+ private:
+  ReplicationHub& hub_;
+  std::uint64_t view_id_;
+  Lsn end_lsn_;
+};
+
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view (`cached`, when the entry source took it from there), else encoded
 // here and offered to the cache. Frames collect in `out`, written whenever it passes
 // kWriteChunk, and `produced` grows by their size; an entry larger than kMaxCachedEntry is
 // streamed without being kept, so a huge transaction never sits in memory whole. A
 // publications-changed marker reloads the view where it is (so a cached entry that had one was
-// encoded through the view that followed it, and its reader reloads after it).
+// encoded through the view that followed it, and its reader reloads after it). In binary mode
+// the values go through the upstream first (binary_values.h), a batch of messages at a time;
+// a session that finds another converting the same entry for the same view waits for it (and
+// so the converting session writes nothing to its consumer until the entry is cached, so that
+// a slow consumer never holds the others up).
 constexpr std::size_t kMaxCachedEntry = 4u << 20;
 
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
@@ -199,7 +259,15 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
                                        SessionRelations& relations, SendTime& send_time, Bytes& out,
                                        std::size_t& produced) {
   const std::uint64_t entry_view_id = session_view.id;
+  const bool binary = params.options.binary;
   if (!cached) cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn);
+  while (!cached && binary) {
+    auto in_flight = hub.converting(entry_view_id, meta.end_lsn);
+    if (!in_flight) break;
+    co_await in_flight->async_wait(upstream::kAsTuple);
+    cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn);
+    send_time.stamp();
+  }
   if (cached) {
     for (std::size_t next = 0; next < cached->messages.size();) {
       const std::size_t before = out.size();
@@ -218,33 +286,58 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
     co_return Status{};
   }
+  std::optional<ConvertingEntry> converting;
+  if (binary) converting.emplace(hub, entry_view_id, meta.end_lsn);
   log::ChangeView& view = session_view.view;
   view.start(meta);
   EntryEncoder encoder(view, cursor, meta);
   auto built = std::make_shared<EncodedEntry>();
   bool cacheable = true;
+  RelationTypes types;                // binary mode: column types, from the entry's Relations
+  std::vector<PendingMessage> batch;  // text mode: one message at a time
+  std::size_t batch_bytes = 0;
   for (;;) {
-    auto next = encoder.next();
+    auto next = encoder.next_message();
     if (!next.ok()) co_return next.error();
-    if (!next->has_value()) {
-      if (!encoder.paused()) break;
-      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
-      send_time.stamp();
-      continue;
+    const bool paused_or_done = !next->has_value();
+    if (!paused_or_done) {
+      if (binary) batch_bytes += value_bytes((*next)->message);
+      batch.push_back(std::move(**next));
+      if (binary && batch.size() < kBinaryBatchMessages && batch_bytes < kBinaryBatchBytes) {
+        continue;
+      }
     }
-    const std::size_t before = out.size();
-    built->add(**next);
-    emit(*built, built->messages.size() - 1, relations, send_time, out);
-    produced += out.size() - before;
-    // Too large to keep: stream it, holding only what has not been written (a Type waiting
-    // for its Relation refers to the entry, so that waits for the Relation).
-    if (built->bytes() > kMaxCachedEntry) cacheable = false;
-    if (!cacheable && relations.pending_types.empty()) built->clear();
-    if (out.size() >= kWriteChunk) {
-      PGRELAY_CO_TRY(co_await client.write(out));
-      out.clear();
+    if (binary && !batch.empty()) {
+      PGRELAY_CO_TRY(co_await convert_to_binary(hub, params.binary_conninfo, batch, types));
       send_time.stamp();
     }
+    for (auto& pending : batch) {
+      const std::size_t before = out.size();
+      built->add(EntryEncoder::encode(std::move(pending)));
+      emit(*built, built->messages.size() - 1, relations, send_time, out);
+      produced += out.size() - before;
+      // Too large to keep: stream it, holding only what has not been written (a Type waiting
+      // for its Relation refers to the entry, so that waits for the Relation). Sessions
+      // waiting for this conversion then go and convert it themselves.
+      if (built->bytes() > kMaxCachedEntry) {
+        cacheable = false;
+        converting.reset();
+      }
+      if (!cacheable && relations.pending_types.empty()) built->clear();
+      // While others wait for this entry, nothing waits for this session's consumer: what
+      // the entry adds to `out` (bounded by kMaxCachedEntry) is written after it is cached.
+      if (out.size() >= kWriteChunk && !converting) {
+        PGRELAY_CO_TRY(co_await client.write(out));
+        out.clear();
+        send_time.stamp();
+      }
+    }
+    batch.clear();
+    batch_bytes = 0;
+    if (!paused_or_done) continue;
+    if (!encoder.paused()) break;
+    PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+    send_time.stamp();
   }
   relations.pending_types.clear();
   if (cacheable) {

@@ -25,6 +25,9 @@ struct WalsenderParams {
   Lsn requested_start;
   pgoutput::PgoutputOptions options;
   WalsenderView view;
+  // Binary mode (options.binary): the upstream database to convert text values through
+  // (binary_values.h), a libpq conninfo.
+  std::string binary_conninfo;
   // Reads the publications again. Called where the log carries capture's publications-changed
   // marker, even inside a transaction, so what follows is sent as they now say, with every
   // Relation sent again before its table's next change (pgoutput invalidates its whole relation

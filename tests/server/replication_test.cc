@@ -417,7 +417,6 @@ TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
     const char* sqlstate;
   } cases[] = {
       {"(proto_version '1', publication_names 'nosuchpub')", "42704"},
-      {"(proto_version '1', publication_names 'pub1', binary 'true')", "0A000"},
       {"(proto_version '9', publication_names 'pub1')", "0A000"},
       {"(publication_names 'pub1')", "22023"},
       {"(proto_version '1', publication_names 'pub_rowfilter')", "0A000"},
