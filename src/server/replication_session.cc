@@ -31,6 +31,18 @@ std::string slot_not_found(const std::string& name) {
   return "replication slot \"" + name + "\" does not exist";
 }
 
+// pgrelay captures one database, its upstream's: a slot anywhere else would stream nothing.
+Error database_not_captured(std::string_view database, std::string_view captured) {
+  return Error::make(
+      sqlstate::kObjectNotInPrerequisiteState,
+      "database \"" + std::string(database) + "\" is not captured by pgrelay",
+      "pgrelay captures database \"" + std::string(captured) +
+          "\" only. Replicate from there, or serve this database with a pgrelay of its own: "
+          "pgrelay serve --upstream 'postgres://USER@HOST/" +
+          std::string(database) + "' --data-dir DIR --listen HOST:PORT",
+      "A slot in this database would stream nothing.");
+}
+
 class ReplicationSession {
  public:
   ReplicationSession(upstream::MessageStream& client, const wire::StartupMessage& startup,
@@ -327,6 +339,9 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
         "pgrelay provides the pgoutput plugin only.");
   }
   PGRELAY_CO_TRY(log::validate_slot_name(command.slot_name));
+  if (startup_.database() != hub_.upstream().dbname) {
+    co_return database_not_captured(startup_.database(), hub_.upstream().dbname);
+  }
   if (hub_.slots().get(command.slot_name)) {
     co_return Error::make(sqlstate::kDuplicateObject,
                           "replication slot \"" + command.slot_name + "\" already exists");
@@ -465,6 +480,9 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   if (slot->database != startup_.database()) {
     co_return Error::make(sqlstate::kObjectNotInPrerequisiteState,
                           "replication slot \"" + name + "\" was not created in this database");
+  }
+  if (slot->database != hub_.upstream().dbname) {
+    co_return database_not_captured(slot->database, hub_.upstream().dbname);
   }
   PGRELAY_CO_TRY(hub_.slots().check_usable(name));
   auto options = pgoutput::pgoutput_options_for_start(command.options);

@@ -208,9 +208,32 @@ def run_scenario(env, scenario, before_install):
         expect_eq(query(restore_url, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%%pgrelay%%'"),
                   [(0,)], "schemas named after pgrelay in the restored database")
 
+    def other_database_refused():
+        # Only the upstream's database is captured: a slot elsewhere would stream nothing, so
+        # creating one is refused, naming the database and the way to capture it.
+        other = "other_" + scenario.name
+        query(scenario.url(), "CREATE DATABASE %s" % other)
+        other_url = scenario.url().rsplit("/", 1)[0] + "/" + other
+        conn = psycopg2.connect(other_url, connection_factory=LogicalReplicationConnection)
+        try:
+            try:
+                conn.cursor().create_replication_slot("elsewhere", output_plugin="pgoutput")
+                expect(False, "CREATE_REPLICATION_SLOT in database %s is refused" % other)
+            except psycopg2.Error as e:
+                expect_eq(e.pgcode, "55000", "SQLSTATE of the refusal")
+                expect('database "%s" is not captured by pgrelay' % other in e.pgerror,
+                       "the refusal names the database", got=e.pgerror)
+                expect("pgrelay serve --upstream" in (e.diag.message_hint or ""),
+                       "the hint says how to capture it", got=e.diag.message_hint)
+        finally:
+            conn.close()
+        expect_eq(query(scenario.url(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
+                                        "'elsewhere'"), [(0,)], "no slot was made")
+
     env.check(prefix + "FOR ALL TABLES %s install" % ("before" if before_install else "after"), first)
     env.check(prefix + "FOR ALL TABLES created between two restarts", between_restarts)
     env.check(prefix + "pg_dump and pg_restore through pgrelay leave pgrelay out", dump_and_restore)
+    env.check(prefix + "a slot in a database pgrelay does not capture is refused", other_database_refused)
 
 
 def body(env):
