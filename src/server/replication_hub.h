@@ -75,6 +75,16 @@ class ReplicationHub {
   int allocate_pid() { return next_pid_++; }
   // Encoded entries shared by walsenders with the same view (executor thread only).
   EncodedEntryCache& encoded_cache() { return encoded_cache_; }
+  // The highest consistent point a slot was created at (capture's sync or snapshot export):
+  // every transaction committed before it is in the log, and every later one lands at or past
+  // it. A caught-up walsender's keepalives may report it, as Postgres's report the WAL they
+  // have read: a subscriber's table sync ends at its slot's consistent point, and the apply
+  // worker takes the table into use only once its stream reaches that far, writes or not.
+  // Executor thread only.
+  void note_consistent_point(Lsn lsn) {
+    if (lsn > quiet_position_) quiet_position_ = lsn;
+  }
+  Lsn quiet_position() const { return quiet_position_; }
   // Binary mode's conversions through the upstream (blocking pool; thread-safe).
   BinaryConverter& binary_converter() { return binary_converter_; }
   // An entry a walsender is encoding while it waits for the upstream (binary mode): others
@@ -131,6 +141,7 @@ class ReplicationHub {
   upstream::LibpqPool side_connections_;
   int next_pid_ = kFirstWalsenderPid;
   EncodedEntryCache encoded_cache_{64u << 20};
+  Lsn quiet_position_;
   BinaryConverter binary_converter_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::shared_ptr<asio::steady_timer>>
       converting_;

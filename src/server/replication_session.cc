@@ -386,6 +386,7 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   slot.restart_lsn = consistent_point;
   auto created = co_await run_blocking(hub_.blocking(), [&] { return hub_.slots().create(slot); });
   if (!created.ok()) co_return created.error();
+  hub_.note_consistent_point(consistent_point);
   if (command.temporary) temporary_slots_.push_back(command.slot_name);
   hub_.changed();
   co_await run_blocking(hub_.blocking(), [this] {

@@ -421,6 +421,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   SessionRelations relations;
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
   Clock::time_point last_ping = Clock::time_point::min();
+  std::optional<Clock::time_point> nudged_at_reply;  // the consumer's reply a keepalive followed
   std::optional<Clock::time_point> stop_deadline;
   StreamEnd ended = StreamEnd::kConsumerDone;
   CatchUpProgress progress;
@@ -473,11 +474,21 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       if (m.end_lsn > sent) sent = m.end_lsn;
     }
     if (!outcome.ok()) break;
+    // Caught up, nothing the log holds is unsent: keepalives may go as far as the newest
+    // consistent point, past which every later commit lands.
+    if (caught_up && hub.quiet_position() > sent) sent = hub.quiet_position();
     auto now = Clock::now();
     report_catch_up(progress, params, sent, hub.log().last_end_lsn(), caught_up, now);
     bool ping = params.timeout.count() > 0 && now - state->last_reply >= params.timeout / 2 &&
                 last_ping < state->last_reply;
-    if (state->reply_requested || ping || (caught_up && out.empty() && info.sent != sent)) {
+    // As Postgres's WalSndWaitForWal: caught up while the consumer has reported neither writing
+    // nor flushing what was sent, tell it where the stream is, once per reply of its. A table
+    // sync worker waits for exactly this before it can finish.
+    const bool nudge = caught_up && out.empty() && state->write < sent && state->flush < sent &&
+                       nudged_at_reply != state->last_reply;
+    if (state->reply_requested || ping || nudge ||
+        (caught_up && out.empty() && info.sent != sent)) {
+      if (caught_up) nudged_at_reply = state->last_reply;
       append_keepalive(out, sent, ping);
       state->reply_requested = false;
       if (ping) last_ping = now;
