@@ -42,7 +42,10 @@ RELAY_ARGS = ["--max-replication-slots", "40"]
 
 WRITERS = 8
 APPLY_SECONDS = 20
-SYNC_READY_SECONDS = 15  # Postgres's apply worker marks a synced table ready within a second or two
+# A synced table turns ready ('r') once the apply worker's stream passes the sync's end. Against
+# Postgres itself that waits for the next write upstream (its walsender reports only WAL it has
+# decoded); pgrelay's keepalives carry the newest consistent point, so no write is needed.
+SYNC_READY_SECONDS = 15
 HOT_ITEMS = 10  # items 1..10 are updated by every writer
 HOT_DOCS = 4    # app.docs 1..4 too
 
