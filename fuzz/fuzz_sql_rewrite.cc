@@ -1,4 +1,5 @@
-// Fuzzes the catalog SQL rewriter: no crash, deterministic, output parses, fixed point.
+// Fuzzes the catalog SQL rewriter: no crash, deterministic, output parses, fixed point, for every
+// kind of session.
 //
 // The input is SQL text. A rewrite, when given, must differ from the input, parse with the real
 // parser into the same number of statements, and be left alone by a second rewrite (everything
@@ -29,25 +30,35 @@ int statement_count(const std::string& sql) {
   return n;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const pgrelay::server::SqlRewriter rewriter(pgrelay::server::RewriteOptions{});
-  const std::string_view sql(reinterpret_cast<const char*>(data), size);
-  auto first = rewriter.rewrite(sql);
+// One source's rewrite of `sql`, checked.
+void check_rewrite(const pgrelay::server::SqlRewriter& rewriter, std::string_view sql,
+                   const pgrelay::server::StatementSource& source) {
+  auto first = rewriter.rewrite(sql, source);
   check(first.ok());
-  auto second = rewriter.rewrite(sql);
+  auto second = rewriter.rewrite(sql, source);
   check(second.ok() && *second == *first);
-  if (!first->has_value()) return 0;
+  if (!first->has_value()) return;
 
   const std::string& out = **first;
-  check(rewriter.may_need_rewrite(sql));
+  check(rewriter.may_need_rewrite(sql, source));
   check(out != sql);
   const std::string in(sql);
   const int before = statement_count(in);
   check(before >= 0);
   check(statement_count(out) == before);
-  auto again = rewriter.rewrite(out);
+  auto again = rewriter.rewrite(out, source);
   check(again.ok() && !again->has_value());
+}
+
+}  // namespace
+
+// Every kind of session: the three slot accesses, with and without pg_dump's catalog reads.
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using pgrelay::server::SlotAccess;
+  static const pgrelay::server::SqlRewriter rewriter(pgrelay::server::RewriteOptions{});
+  const std::string_view sql(reinterpret_cast<const char*>(data), size);
+  for (SlotAccess access : {SlotAccess::kChecked, SlotAccess::kGranted, SlotAccess::kDenied}) {
+    for (bool pg_dump : {false, true}) check_rewrite(rewriter, sql, {access, pg_dump});
+  }
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "server/walsender.h"
 #include "upstream/upstream_login.h"
 #include "wire/frontend_messages.h"
+#include "wire/messages.h"
 
 namespace pgrelay::server {
 namespace {
@@ -205,26 +206,36 @@ upstream::awaitable<Status> ReplicationSession::relay_sql(const std::string& sql
   }
   Bytes query = wire::encode(wire::Query{text});
   PGRELAY_CO_TRY(co_await sql_->stream.write(query));
+  // The answer goes to the client as it came, a batch of frames at a time: a table sync's COPY
+  // of a large table is millions of CopyData frames, so the frames already buffered are taken
+  // without a copy each (FrameView) and written in 64 KiB batches.
   Bytes out;
-  for (;;) {
+  enum class Next { kMore, kDone, kCopyIn };
+  auto take = [&](char tag, ByteView body) {
+    if (tag == 'Z') {
+      if (!body.empty()) transaction_status_ = static_cast<char>(body[0]);
+      if (include_ready) wire::append_frame(out, tag, body);
+      return Next::kDone;
+    }
+    wire::append_frame(out, tag, body);
+    return tag == 'G' ? Next::kCopyIn : Next::kMore;
+  };
+  for (Next next = Next::kMore; next == Next::kMore;) {
     auto frame = co_await sql_->stream.read_frame();
     if (!frame.ok()) co_return frame.error();
-    if (frame->tag == 'Z') {
-      if (!frame->body.empty()) transaction_status_ = static_cast<char>(frame->body[0]);
-      if (include_ready) {
-        Bytes ready = upstream::encode_frame(frame->tag, frame->body);
-        out.insert(out.end(), ready.begin(), ready.end());
-      }
-      break;
+    next = take(frame->tag, frame->body);
+    while (next == Next::kMore && out.size() < 64 * 1024) {
+      auto view = sql_->stream.reader().next_view();
+      if (!view.ok()) co_return view.error();
+      if (!view->has_value()) break;
+      next = take((*view)->tag, (*view)->body);
     }
-    Bytes encoded = upstream::encode_frame(frame->tag, frame->body);
-    out.insert(out.end(), encoded.begin(), encoded.end());
-    if (frame->tag == 'G') {
+    if (next == Next::kCopyIn) {
       co_return Error::make(sqlstate::kFeatureNotSupported,
                             "COPY FROM STDIN is not supported on replication connections",
                             "Run COPY on an ordinary connection.");
     }
-    if (out.size() > 64 * 1024) {
+    if (out.size() >= 64 * 1024) {
       PGRELAY_CO_TRY(co_await client_.write(out));
       out.clear();
     }

@@ -420,6 +420,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
 
   SessionRelations relations;
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
+  Lsn told;          // the furthest position the consumer has been sent (Commit end, walEnd)
   Clock::time_point last_ping = Clock::time_point::min();
   std::optional<Clock::time_point> nudged_at_reply;  // the consumer's reply a keepalive followed
   std::optional<Clock::time_point> stop_deadline;
@@ -472,6 +473,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         break;
       }
       if (m.end_lsn > sent) sent = m.end_lsn;
+      told = std::max(told, m.end_lsn);  // its Commit carries the entry's end
     }
     if (!outcome.ok()) break;
     // Caught up, nothing the log holds is unsent: keepalives may go as far as the newest
@@ -484,11 +486,15 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     // As Postgres's WalSndWaitForWal: caught up while the consumer has reported neither writing
     // nor flushing what was sent, tell it where the stream is, once per reply of its. A table
     // sync worker waits for exactly this before it can finish.
-    const bool nudge = caught_up && out.empty() && state->write < sent && state->flush < sent &&
+    const bool nudge = caught_up && state->write < sent && state->flush < sent &&
                        nudged_at_reply != state->last_reply;
-    if (state->reply_requested || ping || nudge ||
-        (caught_up && out.empty() && info.sent != sent)) {
+    // Caught up past what the stream has shown (entries the consumer never sees, such as
+    // capture checkpoints, or the consistent point): a keepalive tells it, so that a consumer
+    // waiting for a position (pg_recvlogical --endpos, a table sync) need not wait for a ping.
+    const bool untold = caught_up && told < sent;
+    if (state->reply_requested || ping || nudge || untold) {
       if (caught_up) nudged_at_reply = state->last_reply;
+      told = sent;
       append_keepalive(out, sent, ping);
       state->reply_requested = false;
       if (ping) last_ping = now;

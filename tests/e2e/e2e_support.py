@@ -50,6 +50,19 @@ rm -rf "$1"
 """
 
 
+def query_url(url, sql, args=None, **connect_args):
+    """One statement in autocommit on a connection of its own; its rows (None without any)."""
+    import psycopg2
+    conn = psycopg2.connect(url, **connect_args)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -281,14 +294,7 @@ class Env:
         return psycopg2.connect(relay.url, **kw)
 
     def relay_query(self, relay, sql, args=None):
-        conn = self.relay_conn(relay)
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return cur.fetchall() if cur.description else None
-        finally:
-            conn.close()
+        return query_url(relay.url, sql, args)
 
     # ---- checks ----
     def check(self, name, fn):

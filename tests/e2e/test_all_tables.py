@@ -18,6 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_support import PG_BIN, expect, expect_eq, free_port, main, wait_until  # noqa: E402
+from e2e_support import query_url as query  # noqa: E402
 from test_embedded import PrivateRelay  # noqa: E402
 from test_native_capture import LOGICAL_CONF, Consumer  # noqa: E402
 
@@ -40,17 +41,6 @@ WHERE n.nspname = '_pgrelay' AND c.relkind = 'r' AND c.relpersistence = 'p'
                                                WHERE i.indrelid = c.oid AND i.indisreplident)))
 ORDER BY 1
 """
-
-
-def query(url, sql, args=None):
-    conn = psycopg2.connect(url)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
 
 
 def relay_log(relay):

@@ -83,16 +83,8 @@ def process_uid(pid):
 
 
 def query(url, sql, args=None, dbname=None):
-    import psycopg2
     kw = {"dbname": dbname} if dbname else {}
-    conn = psycopg2.connect(url, connect_timeout=10, **kw)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+    return e2e.query_url(url, sql, args, connect_timeout=10, **kw)
 
 
 def retry_query(url, sql, timeout=60):

@@ -29,7 +29,7 @@ import time
 import psycopg2
 import psycopg2.errors
 
-from e2e_support import PASSWORD, SUPERUSER, CheckFailed, Env, expect, expect_eq, main, wait_until
+from e2e_support import PASSWORD, SUPERUSER, CheckFailed, Env, expect, expect_eq, main, query_url, wait_until
 
 LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
 UPSTREAM_CONF = "max_prepared_transactions = 10\n"
@@ -121,21 +121,18 @@ def qualified(table):
 
 # ---- connections and digests ----
 
+CONNECT_ARGS = dict(host="127.0.0.1", user=SUPERUSER, password=PASSWORD, sslmode="disable",
+                    options="-c TimeZone=UTC -c extra_float_digits=1")
+
+
 def connect(port, db, autocommit=True):
-    conn = psycopg2.connect(host="127.0.0.1", port=port, user=SUPERUSER, password=PASSWORD, dbname=db,
-                            sslmode="disable", options="-c TimeZone=UTC -c extra_float_digits=1")
+    conn = psycopg2.connect(port=port, dbname=db, **CONNECT_ARGS)
     conn.autocommit = autocommit
     return conn
 
 
 def query(port, db, sql, args=None):
-    conn = connect(port, db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+    return query_url("", sql, args, port=port, dbname=db, **CONNECT_ARGS)
 
 
 DIGEST = "SELECT count(*), md5(coalesce(string_agg(md5(t::text), ',' ORDER BY md5(t::text)), '')) FROM %s t"
