@@ -230,6 +230,48 @@ def run_mode(env, mode, db, installer=SUPERUSER):
         expect(refused and refused[0][3] == "42501", "the plain role's drop of a slot is refused (42501)",
                got=refused)
 
+    def hostile_names():
+        # A schema, a table and a column whose names would end a quoted identifier or literal and
+        # run SQL of their own, put where pgrelay's functions build statements from names
+        # (capture's triggers and layouts, native capture's publication mirror, the publication
+        # marker): the table is captured like any other and the statement never runs.
+        evil = "x\"'; DROP TABLE public.items; --"
+        quoted = '"' + evil.replace('"', '""') + '"'
+        env.psql_admin("CREATE SCHEMA %s; CREATE TABLE %s.%s (id int PRIMARY KEY, %s text); "
+                       "ALTER TABLE %s.%s OWNER TO %s; ALTER SCHEMA %s OWNER TO %s; "
+                       "ALTER PUBLICATION matrix ADD TABLE %s.%s"
+                       % (quoted, quoted, quoted, quoted, quoted, quoted, ROLES["owner"], quoted,
+                          ROLES["owner"], quoted, quoted), db=db)
+        slot = "hostile_" + db
+        made = once(relay.port, SUPERUSER, db, "SELECT pg_create_logical_replication_slot('%s', 'pgoutput')" % slot)
+        expect(made.startswith("ok"), "a slot for the hostile table's changes", got=made)
+        time.sleep(1.5)  # the periodic sync catches up where no event trigger runs
+        expect(once(env.pg_port, ROLES["owner"], db,
+                    "INSERT INTO %s.%s VALUES (1, 'evil-row')" % (quoted, quoted)).startswith("ok"),
+               "an insert into the hostile table")
+        expect_eq(once(env.pg_port, SUPERUSER, db, "SELECT to_regclass('public.items') IS NOT NULL"),
+                  "ok:[(True,)]", "public.items still exists")
+        path = os.path.join(env.base, "hostile-%s.out" % db)
+        streamer = env.spawn(recvlogical(relay.port, SUPERUSER, PASSWORD, db, slot, "matrix")[:-1] + [path, "-F", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def streamed():
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return False
+            return b"evil-row" in data and evil.encode() in data
+        try:
+            wait_until(streamed, 30, "the hostile table's row, under its name, in the stream")
+        finally:
+            streamer.kill()
+            streamer.wait()
+        wait_until(lambda: once(relay.port, SUPERUSER, db, "SELECT pg_drop_replication_slot('%s')" % slot)
+                   .startswith("ok"), 10, "the slot dropped")
+        env.psql_admin("ALTER PUBLICATION matrix DROP TABLE %s.%s; DROP SCHEMA %s CASCADE"
+                       % (quoted, quoted, quoted), db=db)
+
     def coverage():
         covered = {o for _, _, objects in CALLS for o in objects}
         c = connect(env.pg_port, ROLES["plain"], db)
@@ -275,6 +317,7 @@ def run_mode(env, mode, db, installer=SUPERUSER):
     try:
         env.check(prefix + "the privilege matrix matches Postgres's", matrix)
         env.check(prefix + "every object in _pgrelay is covered, and the internal ones are closed", coverage)
+        env.check(prefix + "hostile names reach pgrelay's dynamic SQL only quoted", hostile_names)
     finally:
         for p in walsenders:
             p.kill()
