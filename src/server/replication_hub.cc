@@ -33,6 +33,7 @@ ReplicationHub::~ReplicationHub() {
 }
 
 void ReplicationHub::wake_all() {
+  ++wake_generation_;
   for (auto* timer : watchers_) timer->cancel();
 }
 

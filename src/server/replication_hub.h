@@ -82,7 +82,9 @@ class ReplicationHub {
   // worker takes the table into use only once its stream reaches that far, writes or not.
   // Executor thread only.
   void note_consistent_point(Lsn lsn) {
-    if (lsn > quiet_position_) quiet_position_ = lsn;
+    if (lsn <= quiet_position_) return;
+    quiet_position_ = lsn;
+    wake_all();  // caught-up walsenders tell their consumers
   }
   Lsn quiet_position() const { return quiet_position_; }
   // Binary mode's conversions through the upstream (blocking pool; thread-safe).
@@ -100,6 +102,9 @@ class ReplicationHub {
   // grows, which wakes them. Call from the executor's thread.
   void watch(asio::steady_timer* timer) { watchers_.insert(timer); }
   void unwatch(asio::steady_timer* timer) { watchers_.erase(timer); }
+  // How often the watchers were woken: a walsender that was busy when it happened (a cancel
+  // finds no wait then) sees it changed before it sleeps.
+  std::uint64_t wake_generation() const { return wake_generation_; }
 
   // Running walsenders, for pg_stat_replication and pg_terminate_backend.
   // `terminate` ends the walsender at once (pg_terminate_backend); `stop` asks it to send what
@@ -146,6 +151,7 @@ class ReplicationHub {
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::shared_ptr<asio::steady_timer>>
       converting_;
   std::set<asio::steady_timer*> watchers_;
+  std::uint64_t wake_generation_ = 0;
   struct Running {
     WalsenderInfo info;
     std::function<void()> terminate;

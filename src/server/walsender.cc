@@ -30,7 +30,14 @@ constexpr int kEntriesPerPass = 4096;
 
 struct WalsenderState {
   explicit WalsenderState(asio::any_io_executor executor) : wake(executor) {}
+  // Wakes the sender. A cancel finds no wait while the sender is busy (writing, say), so the
+  // count tells the sender, before it sleeps, that something happened since it last looked.
+  void wake_up() {
+    ++wakes;
+    wake.cancel();
+  }
   asio::steady_timer wake;
+  std::uint64_t wakes = 0;
   bool copy_done = false;        // the consumer sent CopyDone
   bool reply_requested = false;  // the consumer asked for a keepalive
   bool reader_finished = false;
@@ -87,7 +94,7 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
         }
         // Wake the sender: to answer, or to show the new positions in pg_stat_replication.
         if (status->reply_requested) state->reply_requested = true;
-        state->wake.cancel();
+        state->wake_up();
       } else {
         state->last_reply = Clock::now();  // hot standby feedback: alive, nothing to apply
       }
@@ -104,7 +111,7 @@ upstream::awaitable<void> read_consumer(upstream::MessageStream& client, Replica
     }
   }
   state->reader_finished = true;
-  state->wake.cancel();
+  state->wake_up();
 }
 
 // What one consumer already knows: pgoutput sends a Relation (with its Types) only when the
@@ -409,11 +416,11 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       info,
       [state] {
         state->terminated = true;
-        state->wake.cancel();
+        state->wake_up();
       },
       [state] {
         state->stopping = true;
-        state->wake.cancel();
+        state->wake_up();
       });
   hub.watch(&state->wake);
   asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
@@ -431,6 +438,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   Bytes out;
   Status outcome;
   for (;;) {
+    // What woke the sender so far: a wake-up after this is looked at before it sleeps again.
+    const std::uint64_t seen_wakes = state->wakes;
+    const std::uint64_t seen_log_wakes = hub.wake_generation();
     if (state->terminated) {
       outcome = Error::make(sqlstate::kAdminShutdown,
                             "terminating connection due to administrator command");
@@ -549,6 +559,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
                             "The consumer sent no standby status for wal_sender_timeout.");
       break;
     }
+    // Woken while busy (the log grew, the consumer spoke or left): look again, do not sleep.
+    if (state->wakes != seen_wakes || hub.wake_generation() != seen_log_wakes) continue;
     // Sleep until the log grows, the consumer speaks, or a keepalive falls due.
     auto deadline = params.timeout.count() > 0
                         ? state->last_reply +
