@@ -272,13 +272,8 @@ class Env:
         return conn
 
     def direct_query(self, sql, args=None):
-        conn = self.direct()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return cur.fetchall() if cur.description else None
-        finally:
-            conn.close()
+        return query_url("", sql, args, host="127.0.0.1", port=self.pg_port, user=SUPERUSER,
+                         password=PASSWORD, dbname=DBNAME, sslmode="disable")
 
     # ---- pgrelay ----
     def start_relay(self, data_dir=None, port=None, extra_args=(), timeout=90, upstream=None):
