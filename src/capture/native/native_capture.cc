@@ -427,9 +427,15 @@ Result<Lsn> NativeCapture::sync() {
   // from its consistent point on, without waiting for the mirror's interval.
   auto mirrored = mirror_publications(**session, options_.schema);
   if (!mirrored.ok()) return mirrored.error();
+  // A walsender sends only WAL that is flushed, and a message written outside a transaction
+  // with an xid waits for the WAL writer (wal_writer_delay, 200 ms by default) to be flushed.
+  // The barrier is written inside a transaction that takes an xid, whose commit flushes it
+  // (the transaction itself publishes nothing, so pgoutput sends nothing of it).
+  PGRELAY_TRY((*session)->run("BEGIN; SELECT pg_catalog.pg_current_xact_id()"));
   auto emitted = (*session)->exec(
       "SELECT pg_catalog.pg_logical_emit_message(false, $1::text, ''::text)", {kBarrierPrefix});
   if (!emitted.ok()) return emitted.error();
+  PGRELAY_TRY((*session)->run("COMMIT"));
   auto barrier = lsn_of(emitted->value(0, 0), "barrier LSN");
   if (!barrier.ok()) return barrier.error();
   std::unique_lock lock(mu_);
