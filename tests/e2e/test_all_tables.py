@@ -145,7 +145,8 @@ class Scenario:
 
 
 def run_scenario(env, scenario, before_install):
-    """FOR ALL TABLES before (or after) the first start, then again between two restarts."""
+    """FOR ALL TABLES before the first start (where there is an upstream before pgrelay) and
+    after it, then again between two restarts."""
     prefix = scenario.name + ": "
 
     def first():
@@ -153,13 +154,14 @@ def run_scenario(env, scenario, before_install):
         if before_install:
             query(scenario.direct_url, "CREATE PUBLICATION allpub FOR ALL TABLES")
         scenario.restart()
-        if not before_install:
-            query(scenario.url(), "CREATE PUBLICATION allpub FOR ALL TABLES")
+        query(scenario.url(), "CREATE PUBLICATION %s FOR ALL TABLES" %
+              ("allpub_late" if before_install else "allpub"))
         # Writes to pgrelay's own tables (the publication marker, the catalog) now run under it.
         query(scenario.url(), "UPDATE items SET v = v WHERE false")
-        scenario.check_catalog("allpub")
-        scenario.write_and_stream("allpub", via_relay=False)
-        scenario.write_and_stream("allpub", via_relay=True)
+        for publication in ("allpub", "allpub_late") if before_install else ("allpub",):
+            scenario.check_catalog(publication)
+            scenario.write_and_stream(publication, via_relay=False)
+            scenario.write_and_stream(publication, via_relay=True)
         expect_no_refusals(scenario.relay, "first start")
 
     def between_restarts():
@@ -220,7 +222,8 @@ def run_scenario(env, scenario, before_install):
         expect_eq(query(scenario.url(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
                                         "'elsewhere'"), [(0,)], "no slot was made")
 
-    env.check(prefix + "FOR ALL TABLES %s install" % ("before" if before_install else "after"), first)
+    env.check(prefix + "FOR ALL TABLES %s install" % ("before and after" if before_install else "after"),
+              first)
     env.check(prefix + "FOR ALL TABLES created between two restarts", between_restarts)
     env.check(prefix + "pg_dump and pg_restore through pgrelay leave pgrelay out", dump_and_restore)
     env.check(prefix + "a slot in a database pgrelay does not capture is refused", other_database_refused)
@@ -230,7 +233,7 @@ def body(env):
     env.start_postgres(LOGICAL_CONF)
     base = env.upstream_url().rsplit("/", 1)[0]
 
-    def upstream_scenario(name, db, capture, before_install):
+    def upstream_scenario(name, db, capture):
         env.psql_admin("CREATE DATABASE %s" % db, db="postgres")
         data_dir = os.path.join(env.base, "data-" + name)
         port = free_port()
@@ -241,8 +244,8 @@ def body(env):
                                    extra_args=["--capture", capture])
         return Scenario(name, upstream, start)
 
-    run_scenario(env, upstream_scenario("trigger", "e2e_trigger", "trigger", True), before_install=True)
-    run_scenario(env, upstream_scenario("native", "e2e_native", "native", False), before_install=False)
+    run_scenario(env, upstream_scenario("trigger", "e2e_trigger", "trigger"), before_install=True)
+    run_scenario(env, upstream_scenario("native", "e2e_native", "native"), before_install=True)
 
     # The embedded default: pgrelay's own PostgreSQL, captured natively.
     cwd = tempfile.mkdtemp(prefix="all-tables-", dir=env.base)
