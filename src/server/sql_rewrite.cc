@@ -26,39 +26,27 @@ constexpr std::array<std::string_view, 4> kRelations = {
 
 struct FunctionTarget {
   std::string_view name;
-  // The function's name in pgrelay's schema, for each SlotAccess (see sql_rewrite.h).
-  std::string_view checked;
-  std::string_view granted;
-  std::string_view denied;
+  std::string_view replacement;  // the function's name in pgrelay's schema
+  // A slot function: sessions through pgrelay reach relay_<name without pg_> or
+  // denied_<name without pg_> by their SlotAccess (see sql_rewrite.h).
+  bool by_access = false;
 };
 constexpr std::array<FunctionTarget, 9> kFunctions = {{
-    {"pg_create_logical_replication_slot", "pg_create_logical_replication_slot",
-     "relay_create_logical_replication_slot", "denied_create_logical_replication_slot"},
-    {"pg_drop_replication_slot", "pg_drop_replication_slot", "relay_drop_replication_slot",
-     "denied_drop_replication_slot"},
-    {"pg_terminate_backend", "pg_terminate_backend", "relay_terminate_backend",
-     "denied_terminate_backend"},
-    {"pg_logical_emit_message", "emit_message", "emit_message", "emit_message"},
-    {"pg_current_wal_lsn", "pg_current_wal_lsn", "pg_current_wal_lsn", "pg_current_wal_lsn"},
-    {"pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn",
-     "pg_current_wal_insert_lsn"},
-    {"pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn",
-     "pg_current_wal_flush_lsn"},
-    {"current_setting", "current_setting", "current_setting", "current_setting"},
-    {"pg_get_publication_tables", "pg_get_publication_tables", "pg_get_publication_tables",
-     "pg_get_publication_tables"},
+    {"pg_create_logical_replication_slot", "pg_create_logical_replication_slot", true},
+    {"pg_drop_replication_slot", "pg_drop_replication_slot", true},
+    {"pg_terminate_backend", "pg_terminate_backend", true},
+    {"pg_logical_emit_message", "emit_message"},
+    {"pg_current_wal_lsn", "pg_current_wal_lsn"},
+    {"pg_current_wal_insert_lsn", "pg_current_wal_insert_lsn"},
+    {"pg_current_wal_flush_lsn", "pg_current_wal_flush_lsn"},
+    {"current_setting", "current_setting"},
+    {"pg_get_publication_tables", "pg_get_publication_tables"},
 }};
 
-std::string_view replacement(const FunctionTarget& target, SlotAccess access) {
-  switch (access) {
-    case SlotAccess::kGranted:
-      return target.granted;
-    case SlotAccess::kDenied:
-      return target.denied;
-    case SlotAccess::kChecked:
-      break;
-  }
-  return target.checked;
+std::string replacement(const FunctionTarget& target, SlotAccess access) {
+  if (!target.by_access || access == SlotAccess::kChecked) return std::string(target.replacement);
+  const std::string_view rest = target.name.substr(std::string_view("pg_").size());
+  return (access == SlotAccess::kGranted ? "relay_" : "denied_") + std::string(rest);
 }
 
 // What pg_dump reads to find pgrelay's objects: in its sessions, set-returning functions of the
@@ -533,13 +521,13 @@ class TextRewriter {
     if (target == nullptr) return;
     const std::size_t i = tokens_->at(call.location);
     if (i == Tokens::npos) return;
-    const std::string_view to = replacement(*target, access_);
+    const std::string to = replacement(*target, access_);
     if (call.n_funcname == 1) {
       if (!tokens_->is_identifier(i, target->name)) return;
       if (to == target->name) {
         insert_before(i, prefix());
       } else {
-        replace_token(i, prefix() + std::string(to));
+        replace_token(i, prefix() + to);
         keep_column_name(call, i, target->name);
       }
       return;
@@ -548,8 +536,10 @@ class TextRewriter {
     if (schema == nullptr || std::string_view(schema) != "pg_catalog") return;
     if (!catalog_qualified(i, target->name)) return;
     replace_token(i, quoted_schema_);
-    if (to != target->name) replace_token(i + 2, std::string(to));
-    if (to != target->name) keep_column_name(call, i, target->name);
+    if (to != target->name) {
+      replace_token(i + 2, to);
+      keep_column_name(call, i, target->name);
+    }
   }
 
   // SHOW wal_level → SELECT "<schema>".current_setting('wal_level') AS wal_level.
@@ -662,14 +652,14 @@ class TextRewriter {
       if (t.kind(i + 1) == PG_QUERY__TOKEN__ASCII_40) {
         const FunctionTarget* target = find_function(*id);
         if (target == nullptr) continue;
-        const std::string_view to = replacement(*target, access_);
+        const std::string to = replacement(*target, access_);
         const bool renamed = to != target->name;
         if (qualified_by_catalog(i)) {
           replace(i - 2, quoted_schema_);
-          if (renamed) replace(i, std::string(to));
+          if (renamed) replace(i, to);
         } else if (!dotted_before) {
           edits.push_back(Edit{t[i].start, renamed ? t[i].end : t[i].start,
-                               prefix() + (renamed ? std::string(to) : "")});
+                               prefix() + (renamed ? to : std::string())});
         }
         continue;
       }
