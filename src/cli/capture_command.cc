@@ -305,7 +305,8 @@ constexpr const char* kOwnFunctions =
     "catalog_create_slot_checked,catalog_drop_slot_checked,catalog_terminate_walsender_checked,"
     "relay_create_logical_replication_slot,relay_drop_replication_slot,relay_terminate_backend,"
     "denied_create_logical_replication_slot,denied_drop_replication_slot,"
-    "denied_terminate_backend,dump_pg_namespace,dump_pg_trigger,dump_pg_event_trigger,"
+    "denied_terminate_backend,catalog_is_walsender_pid,dump_pg_namespace,dump_pg_trigger,dump_pg_"
+    "event_trigger,"
     "dump_pg_publication,dump_pg_publication_rel,dump_pg_publication_namespace}";
 
 // Objects of the schema that pgrelay did not create (sequences and indexes belonging to a

@@ -439,20 +439,30 @@ CREATE FUNCTION @S@.pg_drop_replication_slot(name) RETURNS void
   LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
   AS $body$ BEGIN PERFORM @S@.catalog_drop_slot_checked($1, pg_catalog.current_user()); END $body$;
 
--- Other pids are signalled by Postgres itself, with the caller's own rights.
-CREATE FUNCTION @S@.pg_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
-  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+-- pg_terminate_backend's arguments: false for an ordinary backend's pid, which Postgres itself
+-- signals with the caller's own rights; true for a pgrelay walsender's, whose timeout must not
+-- be negative, as Postgres checks.
+CREATE FUNCTION @S@.catalog_is_walsender_pid(pid integer, timeout bigint) RETURNS boolean
+  LANGUAGE plpgsql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp
   AS $body$
 BEGIN
   IF $1 < 1073741824 THEN
-    RETURN pg_catalog.pg_terminate_backend($1, $2);
+    RETURN false;
   END IF;
   IF $2 < 0 THEN
     RAISE EXCEPTION '"timeout" must not be negative' USING ERRCODE = '22023';
   END IF;
-  RETURN @S@.catalog_terminate_walsender_checked($1, pg_catalog.current_user());
+  RETURN true;
 END
 $body$;
+
+CREATE FUNCTION @S@.pg_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
+  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  AS $body$
+    SELECT CASE WHEN @S@.catalog_is_walsender_pid($1, $2)
+                THEN @S@.catalog_terminate_walsender_checked($1, pg_catalog.current_user())
+                ELSE pg_catalog.pg_terminate_backend($1, $2) END
+  $body$;
 
 -- Through pgrelay, for pgrelay users with the REPLICATION right (pgrelay checked it).
 CREATE FUNCTION @S@.relay_create_logical_replication_slot(
@@ -466,18 +476,12 @@ CREATE FUNCTION @S@.relay_drop_replication_slot(name) RETURNS void
   AS $body$ BEGIN PERFORM @S@.catalog_drop_slot($1); END $body$;
 
 CREATE FUNCTION @S@.relay_terminate_backend(pid integer, timeout bigint DEFAULT 0) RETURNS boolean
-  LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
+  LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
   AS $body$
-BEGIN
-  IF $1 < 1073741824 THEN
-    RETURN pg_catalog.pg_terminate_backend($1, $2);
-  END IF;
-  IF $2 < 0 THEN
-    RAISE EXCEPTION '"timeout" must not be negative' USING ERRCODE = '22023';
-  END IF;
-  RETURN @S@.catalog_terminate_walsender($1);
-END
-$body$;
+    SELECT CASE WHEN @S@.catalog_is_walsender_pid($1, $2)
+                THEN @S@.catalog_terminate_walsender($1)
+                ELSE pg_catalog.pg_terminate_backend($1, $2) END
+  $body$;
 
 -- Through pgrelay, for pgrelay users without it: Postgres's refusals.
 CREATE FUNCTION @S@.denied_create_logical_replication_slot(
@@ -494,7 +498,7 @@ CREATE FUNCTION @S@.denied_terminate_backend(pid integer, timeout bigint DEFAULT
   LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, pg_temp
   AS $body$
 BEGIN
-  IF $1 < 1073741824 THEN
+  IF NOT @S@.catalog_is_walsender_pid($1, $2) THEN
     RETURN pg_catalog.pg_terminate_backend($1, $2);
   END IF;
   RAISE EXCEPTION 'must be a member of the role whose process is being terminated or member of pg_signal_backend'
@@ -513,6 +517,7 @@ REVOKE ALL ON FUNCTION
   @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid),
   @S@.catalog_create_slot(name, name, boolean, boolean), @S@.catalog_drop_slot(name),
   @S@.catalog_walsender_role(integer), @S@.catalog_terminate_walsender(integer),
+  @S@.catalog_is_walsender_pid(integer, bigint),
   @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
   @S@.catalog_drop_slot_checked(name, name),
   @S@.catalog_terminate_walsender_checked(integer, name),
@@ -536,6 +541,7 @@ GRANT EXECUTE ON FUNCTION
   @S@.dump_pg_namespace(), @S@.dump_pg_trigger(), @S@.dump_pg_event_trigger(),
   @S@.dump_pg_publication(), @S@.dump_pg_publication_rel(), @S@.dump_pg_publication_namespace(),
   @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid),
+  @S@.catalog_is_walsender_pid(integer, bigint),
   @S@.catalog_create_slot_checked(name, name, boolean, boolean, name),
   @S@.catalog_drop_slot_checked(name, name),
   @S@.catalog_terminate_walsender_checked(integer, name),
@@ -568,6 +574,7 @@ DROP FUNCTION IF EXISTS
   @S@.catalog_terminate_walsender_checked(integer, name),
   @S@.catalog_create_slot(name, name, boolean, boolean), @S@.catalog_drop_slot(name),
   @S@.catalog_walsender_role(integer), @S@.catalog_terminate_walsender(integer),
+  @S@.catalog_is_walsender_pid(integer, bigint),
   @S@.catalog_caller(name), @S@.catalog_check_slot_permissions(oid);
 DROP TABLE IF EXISTS @S@.catalog_slots, @S@.catalog_walsenders, @S@.catalog_server,
   @S@.catalog_settings, @S@.catalog_requests, @S@.catalog_meta;

@@ -89,8 +89,8 @@ inline constexpr std::int32_t kFirstWalsenderPid = 1073741824;
 class VirtualCatalog {
  public:
   // 2: privilege checks as Postgres's, relay_/denied_ entry points, pg_publication_tables.
-  // 3: the dump_ views pg_dump's sessions read.
-  static constexpr int kVersion = 3;
+  // 3: the dump_ views pg_dump's sessions read. 4: catalog_is_walsender_pid.
+  static constexpr int kVersion = 4;
 
   // Connects (08000 with libpq's message on failure) and LISTENs for requests.
   static Result<std::unique_ptr<VirtualCatalog>> open(std::string conninfo, std::string schema);
