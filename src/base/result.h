@@ -20,6 +20,7 @@ inline constexpr const char* kSyntaxError = "42601";
 inline constexpr const char* kInvalidParameterValue = "22023";
 inline constexpr const char* kInvalidName = "42602";
 inline constexpr const char* kUndefinedObject = "42704";
+inline constexpr const char* kInvalidCatalogName = "3D000";  // no such database
 inline constexpr const char* kDuplicateObject = "42710";
 inline constexpr const char* kInsufficientPrivilege = "42501";
 inline constexpr const char* kFeatureNotSupported = "0A000";

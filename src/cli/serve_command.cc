@@ -13,12 +13,13 @@
 #include <thread>
 
 #include "base/logger.h"
-#include "cli/capture_link.h"
+#include "cli/database_captures.h"
 #include "cli/pid_file.h"
-#include "log/change_log.h"
+#include "log/file_util.h"
 #include "log/slots.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
+#include "server/replication_hubs.h"
 #include "server/server.h"
 #include "server/sql_rewrite.h"
 #include "server/tls_setup.h"
@@ -70,223 +71,6 @@ Result<std::pair<std::string, int>> parse_listen(const std::string& text) {
   }
   return std::make_pair(host, port);
 }
-
-// The mirror of slots and walsenders kept in the upstream's virtual catalog, and the requests
-// clients make through it, on a thread of its own (libpq blocks).
-class CatalogWorker {
- public:
-  CatalogWorker(std::unique_ptr<upstream::VirtualCatalog> catalog, std::string conninfo,
-                asio::io_context& io, server::ReplicationHub& hub)
-      : catalog_(std::move(catalog)), conninfo_(std::move(conninfo)), io_(io), hub_(hub) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~CatalogWorker() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    written_cv_.notify_all();
-    thread_.join();
-  }
-
-  // Called on the io thread after slots or walsenders changed.
-  void refresh() {
-    Snapshot snapshot{hub_.slots().list(), hub_.walsenders()};
-    std::lock_guard lock(mu_);
-    pending_ = std::move(snapshot);
-    ++requested_;
-  }
-
-  // Blocks until every refresh() before the call is written upstream (bounded: a broken
-  // upstream connection must not hang a replication command).
-  void flush() {
-    std::unique_lock lock(mu_);
-    auto target = requested_;
-    written_cv_.wait_for(lock, std::chrono::seconds(5),
-                         [&] { return written_ >= target || stopping_; });
-  }
-
- private:
-  struct Snapshot {
-    std::vector<log::Slot> slots;
-    std::vector<server::WalsenderInfo> walsenders;
-  };
-
-  void loop() {
-    wire::Lsn head;
-    auto next_refresh = std::chrono::steady_clock::now();
-    auto next_take = next_refresh;
-    for (;;) {
-      std::optional<Snapshot> snapshot;
-      std::uint64_t generation = 0;
-      {
-        std::unique_lock lock(mu_);
-        if (stopping_) return;
-        snapshot = std::move(pending_);
-        pending_.reset();
-        generation = requested_;
-      }
-      if (snapshot) {
-        write_mirror(*snapshot);
-        std::lock_guard lock(mu_);
-        written_ = std::max(written_, generation);
-        written_cv_.notify_all();
-      }
-      // The log head, slot positions and walsender progress move all the time; the mirror
-      // takes them once a second (only rows that differ are written), which keeps pgrelay's
-      // own writes to the upstream small. pg_current_wal_lsn() is at least the upstream's own
-      // position anyway, so a slightly old head never makes it go backwards.
-      if (std::chrono::steady_clock::now() >= next_refresh) {
-        next_refresh = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        wire::Lsn now = hub_.log().last_end_lsn();
-        if (now != head && catalog_->set_log_head(now).ok()) head = now;
-        asio::post(io_, [this] { refresh(); });
-      }
-      // Short: flush() callers wait for the next turn of this loop. Requests are read when
-      // notified, and once a second in case a notification was missed (reconnects).
-      auto notified = catalog_->wait_for_requests(std::chrono::milliseconds(20));
-      if (!notified.ok()) {
-        reconnect();
-        continue;
-      }
-      if (*notified || std::chrono::steady_clock::now() >= next_take) {
-        next_take = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        auto requests = catalog_->take_requests();
-        if (requests.ok() && !requests->empty()) {
-          asio::post(io_, [this, list = std::move(*requests)] { apply(list); });
-        }
-      }
-    }
-  }
-
-  // The upstream went away (restart, network): reopen with backoff, then rewrite the whole
-  // mirror, since the state tables may have been recreated or missed updates.
-  void reconnect() {
-    auto delay = std::chrono::milliseconds(100);
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        if (stopping_ || written_cv_.wait_for(lock, delay, [&] { return stopping_; })) return;
-      }
-      auto reopened = upstream::VirtualCatalog::open(conninfo_, catalog_->schema());
-      if (reopened.ok()) {
-        catalog_ = std::move(*reopened);
-        mirrored_slots_.clear();
-        mirrored_walsenders_ = "-";
-        mirror_reconciled_ = false;
-        asio::post(io_, [this] { refresh(); });
-        return;
-      }
-      delay = std::min(delay * 2, std::chrono::milliseconds(5000));
-    }
-  }
-
-  static std::string slot_key(const upstream::SlotRow& row) {
-    return row.plugin + '|' + row.database + '|' + (row.active ? "t" : "f") + '|' +
-           std::to_string(row.active_pid.value_or(0)) + '|' + row.restart_lsn->to_string() + '|' +
-           row.confirmed_flush_lsn->to_string() + '|' + row.wal_status + '|' +
-           (row.two_phase ? "t" : "f") + (row.temporary ? "t" : "f");
-  }
-
-  void write_mirror(const Snapshot& snapshot) {
-    std::map<std::string, std::string> current;
-    for (const auto& slot : snapshot.slots) {
-      upstream::SlotRow row;
-      row.slot_name = slot.name;
-      row.plugin = slot.plugin;
-      row.database = slot.database;
-      row.temporary = slot.temporary;
-      row.active = slot.active_pid != 0;
-      if (slot.active_pid) row.active_pid = slot.active_pid;
-      row.restart_lsn = slot.restart_lsn;
-      row.confirmed_flush_lsn = slot.confirmed_flush;
-      row.wal_status = slot.is_lost() ? "lost" : "reserved";
-      row.two_phase = slot.two_phase;
-      std::string key = slot_key(row);
-      auto known = mirrored_slots_.find(slot.name);
-      if (known == mirrored_slots_.end() || known->second != key) {
-        if (!catalog_->upsert_slot(row).ok()) key.clear();  // retried next time
-      }
-      current[slot.name] = key;
-    }
-    for (const auto& [name, key] : mirrored_slots_) {
-      if (!current.count(name)) (void)catalog_->remove_slot(name);
-    }
-    // The first write after (re)connecting also removes rows of slots this run never knew.
-    if (!mirror_reconciled_) {
-      std::vector<std::string> names;
-      for (const auto& slot : snapshot.slots) names.push_back(slot.name);
-      mirror_reconciled_ = catalog_->retain_slots(names).ok();
-    }
-    mirrored_slots_ = std::move(current);
-
-    std::vector<upstream::WalsenderRow> rows;
-    std::string walsender_key;
-    for (const auto& w : snapshot.walsenders) {
-      upstream::WalsenderRow row;
-      row.pid = w.pid;
-      row.usename = w.user;
-      row.application_name = w.application_name;
-      if (!w.client_addr.empty()) row.client_addr = w.client_addr;
-      row.client_port = w.client_port;
-      row.state = w.state;
-      row.sent_lsn = w.sent;
-      row.write_lsn = w.write;
-      row.flush_lsn = w.flush;
-      row.replay_lsn = w.replay;
-      row.slot_name = w.slot;
-      walsender_key +=
-          std::to_string(w.pid) + w.state + w.sent.to_string() + w.flush.to_string() + ';';
-      rows.push_back(std::move(row));
-    }
-    if (walsender_key != mirrored_walsenders_ && catalog_->set_walsenders(rows).ok()) {
-      mirrored_walsenders_ = walsender_key;
-    }
-  }
-
-  // On the io thread: carry out what clients asked through the catalog functions.
-  void apply(const std::vector<upstream::CatalogRequest>& requests) {
-    for (const auto& request : requests) {
-      switch (request.kind) {
-        case upstream::CatalogRequest::Kind::kDropSlot:
-          (void)hub_.slots().drop(request.slot_name);
-          break;
-        case upstream::CatalogRequest::Kind::kCreateSlot: {
-          log::Slot slot;
-          slot.name = request.slot_name;
-          slot.plugin = request.plugin;
-          slot.database = hub_.upstream().dbname;
-          slot.temporary = request.temporary;
-          slot.two_phase = request.two_phase;
-          slot.confirmed_flush = request.lsn;
-          slot.restart_lsn = request.lsn;
-          (void)hub_.slots().create(slot);
-          break;
-        }
-        case upstream::CatalogRequest::Kind::kTerminate:
-          hub_.terminate(request.pid);
-          break;
-      }
-    }
-    refresh();
-  }
-
-  std::unique_ptr<upstream::VirtualCatalog> catalog_;
-  std::string conninfo_;
-  asio::io_context& io_;
-  server::ReplicationHub& hub_;
-  std::mutex mu_;
-  std::condition_variable written_cv_;
-  std::optional<Snapshot> pending_;
-  std::uint64_t requested_ = 0;  // refresh() calls so far
-  std::uint64_t written_ = 0;    // the newest of them written upstream
-  bool stopping_ = false;
-  // What the upstream mirror holds, to write only what changed (catalog thread only).
-  std::map<std::string, std::string> mirrored_slots_;
-  std::string mirrored_walsenders_ = "-";
-  bool mirror_reconciled_ = false;
-  std::thread thread_;
-};
 
 // One user, "NAME SECRET [replication]", SECRET as pg_authid holds it (SCRAM-SHA-256$... or
 // md5...); `where` names the line for errors. An empty or comment line gives nullopt.
@@ -345,97 +129,50 @@ void log_error(Logger& logger, const Error& error) {
                {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
 }
 
-// The capture mode asked for. By default the private PostgreSQL is captured natively where it
-// can be (its WAL is pgrelay's alone), and an upstream given by URL with triggers: a slot there
-// would hold the upstream's WAL whenever pgrelay is down, which its owner should choose.
-std::string capture_mode(const ServeOptions& options) {
-  if (!options.capture.empty()) return options.capture;
-  return options.upstream.empty() ? "auto" : "trigger";
-}
-
-// Which capture the mode asks for: "auto" keeps the mode an existing log was captured with,
-// and otherwise takes native capture where the upstream allows it.
-Result<bool> wants_native_capture(const ServeOptions& options,
-                                  const upstream::UpstreamConfig& upstream,
-                                  const log::ChangeLog& log, Logger& logger) {
-  const std::string mode = capture_mode(options);
-  if (mode == "native") return true;
-  if (mode == "trigger") return false;
-  if (auto checkpoint = log.last_checkpoint()) {
-    static constexpr std::string_view kNative = "pgrelay-native-checkpoint";
-    return std::string_view(reinterpret_cast<const char*>(checkpoint->data()), checkpoint->size())
-        .starts_with(kNative);
-  }
-  auto session = capture::PgSession::connect(upstream.conninfo());
-  if (!session.ok()) return session.error();
-  if (auto possible = capture::check_native_capture_possible(**session, options.schema);
-      !possible.ok()) {
-    logger.info("using trigger capture: " + possible.error().message);
-    return false;
-  }
-  return true;
-}
-
-Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
-                                                    const upstream::UpstreamConfig& upstream,
-                                                    log::ChangeLog& log, Logger& logger) {
-  auto native = wants_native_capture(options, upstream, log, logger);
-  if (!native.ok()) return native.error();
-  if (*native) {
-    logger.info("starting native capture", {{"schema", options.schema},
-                                            {"upstream", upstream.describe()},
-                                            {"database", upstream.dbname},
-                                            {"slot", native_slot_name(log.system_id())}});
-    auto link = NativeCaptureLink::start(upstream, options.schema, options.data_dir, log, &logger);
-    if (!link.ok()) return link.error();
-    const auto& setup = (*link)->setup_report();
-    logger.info("native capture streaming",
-                {{"captured_tables", setup.captured_tables},
-                 {"ddl_tracking", setup.event_trigger ? "event trigger (exact)" : "interval"}});
-    return std::unique_ptr<ServeCapture>(std::move(*link));
-  }
-  logger.info("installing trigger capture", {{"schema", options.schema},
-                                             {"upstream", upstream.describe()},
-                                             {"database", upstream.dbname}});
-  auto link = TriggerCaptureLink::start(upstream, options.schema, options.data_dir, log);
-  if (!link.ok()) return link.error();
-  const auto& installed = (*link)->install_report();
-  logger.info("trigger capture installed",
-              {{"captured_tables", installed.captured_tables},
-               {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
-  return std::unique_ptr<ServeCapture>(std::move(*link));
-}
-
 // The values /metrics reads at scrape time beside the server's own counters.
-void publish_metrics(server::MetricWriter& out, const ServeCapture& capture,
-                     const log::ChangeLog& log, server::ReplicationHub& hub) {
-  auto stats = capture.figures();
-  out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"}, {},
-              static_cast<double>(stats.transactions));
-  out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, {},
-              static_cast<double>(stats.rows));
-  out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"}, {},
-              static_cast<double>(stats.reconnects));
-  auto log_stats = log.stats();
-  out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, {},
-            static_cast<double>(log_stats.total_bytes));
-  out.gauge({"pgrelay_log_segments", "Segments of the change log"}, {},
-            static_cast<double>(log_stats.segments));
-  wire::Lsn head = log.last_end_lsn();
-  out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, {},
-            static_cast<double>(head.value()));
-  for (const auto& slot : hub.slots().list()) {
-    std::uint64_t lag = head.value() > slot.confirmed_flush.value()
-                            ? head.value() - slot.confirmed_flush.value()
-                            : 0;
+void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures,
+                     server::ReplicationHubs& hubs) {
+  std::map<std::string, wire::Lsn> heads;
+  for (const auto& db : captures.figures()) {
+    const server::MetricLabels labels = {{"database", db.database}};
+    out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"},
+                labels, static_cast<double>(db.capture.transactions));
+    out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, labels,
+                static_cast<double>(db.capture.rows));
+    out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"},
+                labels, static_cast<double>(db.capture.reconnects));
+    out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, labels,
+              static_cast<double>(db.log.total_bytes));
+    out.gauge({"pgrelay_log_segments", "Segments of the change log"}, labels,
+              static_cast<double>(db.log.segments));
+    out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, labels,
+              static_cast<double>(db.head.value()));
+    heads[db.database] = db.head;
+  }
+  for (const auto& slot : hubs.slots().list()) {
+    const std::uint64_t head = heads[slot.database].value();
+    std::uint64_t lag =
+        head > slot.confirmed_flush.value() ? head - slot.confirmed_flush.value() : 0;
     out.gauge({"pgrelay_slot_lag_bytes", "Log bytes past the slot's confirmed_flush_lsn"},
-              {{"slot", slot.name}}, static_cast<double>(lag));
+              {{"slot", slot.name}, {"database", slot.database}}, static_cast<double>(lag));
     out.gauge({"pgrelay_slot_active", "1 while a walsender streams the slot"},
-              {{"slot", slot.name}}, slot.active_pid != 0 ? 1.0 : 0.0);
+              {{"slot", slot.name}, {"database", slot.database}}, slot.active_pid != 0 ? 1.0 : 0.0);
   }
   out.gauge({"pgrelay_walsenders", "Replication streams being served"}, {},
-            static_cast<double>(hub.walsenders().size()));
+            static_cast<double>(hubs.walsenders().list().size()));
 }
+
+// Stops the catalog workers before the hubs they read go, however run_serve returns.
+class WorkersStopFirst {
+ public:
+  explicit WorkersStopFirst(DatabaseCaptures& captures) : captures_(captures) {}
+  ~WorkersStopFirst() { captures_.stop_workers(); }
+  WorkersStopFirst(const WorkersStopFirst&) = delete;
+  WorkersStopFirst& operator=(const WorkersStopFirst&) = delete;
+
+ private:
+  DatabaseCaptures& captures_;
+};
 
 }  // namespace
 
@@ -524,39 +261,62 @@ int run_serve(const ServeOptions& options) {
     return 2;
   }
 
-  log::LogOptions log_options;
-  log_options.dir = options.data_dir + "/log";
-  auto change_log = log::ChangeLog::open(log_options);
-  if (!change_log.ok()) {
-    report(change_log.error());
+  // The slots of every database live beside the first database's log, as they always did.
+  const std::string slots_dir = options.data_dir + "/log";
+  if (auto made = log::ensure_directory(options.data_dir); !made.ok()) {
+    report(made.error());
+    return 1;
+  }
+  if (auto made = log::ensure_directory(slots_dir); !made.ok()) {
+    report(made.error());
     return 1;
   }
   log::SlotRegistryOptions slot_options;
   slot_options.max_slots = static_cast<std::size_t>(options.max_replication_slots);
   slot_options.persist_every = 0;
   slot_options.persist_interval = std::chrono::milliseconds(1000);
-  auto slots = log::SlotRegistry::open(log_options.dir, slot_options);
+  auto slots = log::SlotRegistry::open(slots_dir, slot_options);
   if (!slots.ok()) {
     report(slots.error());
     return 1;
   }
 
-  auto capture = start_capture(options, *upstream, **change_log, logger);
-  if (!capture.ok()) {
-    report(capture.error());
-    return 1;
-  }
-
   asio::io_context io;
   asio::thread_pool blocking(4);
-  server::ReplicationHub hub(io.get_executor(), blocking, **change_log, **slots, capture->get(),
-                             *upstream);
+  DatabaseCaptures captures(options, *upstream, io, logger);
+  server::ReplicationHubs hubs(
+      io.get_executor(), blocking, **slots, *upstream,
+      server::CaptureScope(upstream->dbname, options.capture_databases),
+      [&captures](const std::string& database) { return captures.start(database); },
+      [&captures](const std::string& database, const std::optional<Error>& refusal) {
+        captures.prepare(database, refusal);
+      });
+  WorkersStopFirst workers_stop_first(captures);
+  captures.attach(hubs);
+  hubs.walsenders().on_change([&captures] { captures.refresh_all(); });
+  hubs.walsenders().on_mirror_sync([&captures] { captures.flush_all(); });
+
+  // The upstream URL's database is captured from the start; a failure there ends the run.
+  if (auto first = hubs.open(upstream->dbname); !first.ok()) {
+    report(first.error());
+    return 1;
+  }
+  // So is every other database an earlier run captured (its slots must keep streaming). One
+  // that cannot be captured now is said and left out: its slots get its capture error.
+  for (const auto& database : captures.captured_before()) {
+    if (database == upstream->dbname || !hubs.scope().admits(database)) continue;
+    if (auto other = hubs.open(database); !other.ok()) {
+      logger.warning(
+          "could not capture a database captured before",
+          {{"database", database}, {"error", other.error().message}, {"hint", other.error().hint}});
+    }
+  }
 
   server::ServerContext context;
   context.logger = &logger;
   context.metrics = &metrics;
   context.upstream = *upstream;
-  context.hub = &hub;
+  context.hubs = &hubs;
   context.settings.wal_sender_timeout = std::chrono::seconds(options.wal_sender_timeout_seconds);
   context.auth.timeout = std::chrono::seconds(options.authentication_timeout_seconds);
   context.settings.max_wal_senders = options.max_wal_senders;
@@ -650,6 +410,8 @@ int run_serve(const ServeOptions& options) {
     return *rewritten;
   };
 
+  // The first database's catalog is there before clients come; a failure to install it ends
+  // the run (elsewhere it is a warning: pgrelay serves those databases without it).
   auto catalog = upstream::VirtualCatalog::open(upstream->conninfo(), options.schema);
   if (!catalog.ok()) {
     report(catalog.error());
@@ -659,15 +421,8 @@ int run_serve(const ServeOptions& options) {
     report(installed.error());
     return 1;
   }
-  upstream::CatalogSettings catalog_settings;
-  catalog_settings.max_replication_slots = options.max_replication_slots;
-  catalog_settings.max_wal_senders = options.max_wal_senders;
-  catalog_settings.wal_sender_timeout_ms = options.wal_sender_timeout_seconds * 1000;
-  (void)(*catalog)->set_settings(catalog_settings);
-  CatalogWorker catalog_worker(std::move(*catalog), upstream->conninfo(), io, hub);
-  hub.on_change([&catalog_worker] { catalog_worker.refresh(); });
-  hub.on_mirror_sync([&catalog_worker] { catalog_worker.flush(); });
-  catalog_worker.refresh();
+  catalog->reset();
+  for (const auto& database : hubs.captured()) hubs.prepare(database);
 
   server::Server server(io, context);
   auto bound = server.listen(listen->first, listen->second);
@@ -678,9 +433,7 @@ int run_serve(const ServeOptions& options) {
   server.start();
 
   // Scrape-time values for /metrics (on the io thread).
-  ServeCapture& capture_link = **capture;
-  metrics.add_collector(
-      [&](server::MetricWriter& out) { publish_metrics(out, capture_link, **change_log, hub); });
+  metrics.add_collector([&](server::MetricWriter& out) { publish_metrics(out, captures, hubs); });
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
   if (!options.metrics.empty()) {
     auto address = server::parse_metrics_address(options.metrics);
@@ -720,7 +473,7 @@ int run_serve(const ServeOptions& options) {
     if (error) return;
     logger.info("shutting down", {{"sessions", server.session_count()}});
     server.stop_accepting();
-    hub.stop_all();
+    hubs.walsenders().stop_all();
     context.shutdown.trigger();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     wait_for_sessions();
@@ -735,13 +488,16 @@ int run_serve(const ServeOptions& options) {
   (void)pid_file->publish_url(url);
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
+  std::string captured;
+  for (const auto& database : hubs.captured())
+    captured += (captured.empty() ? "" : ", ") + database;
   logger.info("ready", {{"listen", host + ":" + std::to_string(bound->port())},
                         {"upstream", upstream->describe()},
-                        {"private_postgres", embedded != nullptr}});
+                        {"private_postgres", embedded != nullptr},
+                        {"captured_databases", captured}});
 
   io.run();
   blocking.join();
-  capture->reset();
   (void)(*slots)->flush();
   logger.info("stopped");
   // The private PostgreSQL stops last, once nothing of pgrelay uses it (embedded's destructor,
@@ -780,9 +536,9 @@ Subcommand add_serve_command(CLI::App& parent) {
       "PGRELAY_UPSTREAM");
   env(cmd->add_option("--database", options->databases,
                       "Private PostgreSQL only: create this database if missing (repeatable),\n"
-                      "e.g. for zero-cache's CVR and change databases. Every database is served;\n"
-                      "changes are captured from the one in the ready URL (postgres). Several\n"
-                      "names may be separated by commas.")
+                      "e.g. for zero-cache's CVR and change databases. Every database is served\n"
+                      "and, by default, captured (--capture-database). Several names may be\n"
+                      "separated by commas.")
           ->delimiter(','),
       "PGRELAY_DATABASE");
   env(cmd->add_option("--listen,-l", options->listen,
@@ -804,6 +560,17 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "holds the upstream's WAL while pgrelay is down; choose it explicitly)")
           ->check(CLI::IsMember({"trigger", "native", "auto"})),
       "PGRELAY_CAPTURE");
+  env(cmd->add_option("--capture-database", options->capture_databases,
+                      "Databases of the upstream whose changes pgrelay captures, besides the\n"
+                      "upstream URL's (always captured): a name (repeatable, or several separated\n"
+                      "by commas), or '*' for every database. Default: '*'. Capture of a database\n"
+                      "starts when a client first uses it through pgrelay (and again at every\n"
+                      "start once it has been), so each has its own log and its slots stream it\n"
+                      "alone. Elsewhere slot creation fails with SQLSTATE 55000 naming this\n"
+                      "option.")
+          ->delimiter(',')
+          ->capture_default_str(),
+      "PGRELAY_CAPTURE_DATABASE");
   env(cmd->add_option("--schema", options->schema,
                       "Upstream schema for pgrelay's capture tables, triggers and catalog views")
           ->capture_default_str(),

@@ -22,6 +22,9 @@ struct ServeOptions {
   // decoding: wal_level = logical and the REPLICATION right), or "auto" (native where possible).
   // Empty: see capture_mode().
   std::string capture;
+  // Databases whose changes pgrelay captures besides the upstream URL's (always captured);
+  // "*" is every database. Capture of one starts when a session first uses it through pgrelay.
+  std::vector<std::string> capture_databases{"*"};
   std::string tls_cert;  // empty: DATA_DIR/tls/server.crt, generated on first start
   std::string tls_key;
   bool no_tls = false;

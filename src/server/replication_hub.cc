@@ -1,4 +1,4 @@
-// What replication sessions share: the log, the slots, running walsenders, the capture link.
+// What the replication sessions of one captured database share: its log, capture and caches.
 #include "server/replication_hub.h"
 
 #include <atomic>
@@ -6,12 +6,14 @@
 namespace pgrelay::server {
 
 ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking,
-                               log::ChangeLog& log, log::SlotRegistry& slots, CaptureLink* capture,
+                               log::ChangeLog& log, log::SlotRegistry& slots,
+                               WalsenderRegistry& walsenders, CaptureLink* capture,
                                upstream::UpstreamConfig upstream)
     : executor_(std::move(executor)),
       blocking_(blocking),
       log_(log),
       slots_(slots),
+      walsenders_(walsenders),
       capture_(capture),
       upstream_(std::move(upstream)) {
   // The log calls this from the appending thread; hop to the executor before touching timers.
@@ -37,35 +39,6 @@ void ReplicationHub::wake_all() {
   for (auto* timer : watchers_) timer->cancel();
 }
 
-void ReplicationHub::add_walsender(const WalsenderInfo& info, std::function<void()> terminate,
-                                   std::function<void()> stop) {
-  walsenders_[info.pid] = Running{info, std::move(terminate), std::move(stop)};
-  changed();
-  if (stopping_ && walsenders_[info.pid].stop) walsenders_[info.pid].stop();
-}
-
-void ReplicationHub::stop_all() {
-  stopping_ = true;
-  for (auto& [pid, running] : walsenders_) {
-    if (running.stop) running.stop();
-  }
-}
-
-void ReplicationHub::update_walsender(const WalsenderInfo& info) {
-  auto it = walsenders_.find(info.pid);
-  if (it != walsenders_.end()) it->second.info = info;
-}
-
-void ReplicationHub::remove_walsender(int pid) {
-  if (walsenders_.erase(pid)) changed();
-}
-
-std::vector<WalsenderInfo> ReplicationHub::walsenders() const {
-  std::vector<WalsenderInfo> out;
-  for (const auto& [pid, running] : walsenders_) out.push_back(running.info);
-  return out;
-}
-
 std::shared_ptr<asio::steady_timer> ReplicationHub::converting(std::uint64_t view_id,
                                                                Lsn end_lsn) const {
   auto it = converting_.find({view_id, end_lsn.value()});
@@ -83,14 +56,6 @@ void ReplicationHub::end_converting(std::uint64_t view_id, Lsn end_lsn) {
   if (it == converting_.end()) return;
   it->second->cancel();
   converting_.erase(it);
-}
-
-bool ReplicationHub::terminate(int pid) {
-  auto it = walsenders_.find(pid);
-  if (it == walsenders_.end()) return false;
-  auto terminate = it->second.terminate;
-  if (terminate) terminate();
-  return true;
 }
 
 }  // namespace pgrelay::server

@@ -1,4 +1,4 @@
-// What replication sessions share: the log, the slots, running walsenders, the capture link.
+// What the replication sessions of one captured database share: its log, capture and caches.
 #pragma once
 
 #include <asio.hpp>
@@ -14,6 +14,7 @@
 #include "log/slots.h"
 #include "server/binary_values.h"
 #include "server/entry_encoder.h"
+#include "server/walsender_registry.h"
 #include "upstream/libpq_pool.h"
 #include "upstream/upstream_config.h"
 
@@ -38,27 +39,13 @@ class CaptureLink {
   virtual Result<Lsn> sync() = 0;
 };
 
-// pg_stat_replication's view of one walsender.
-struct WalsenderInfo {
-  int pid = 0;
-  std::string slot;
-  std::string user;
-  std::string application_name;
-  std::string client_addr;
-  std::optional<int> client_port;  // none for a Unix socket
-  std::int64_t backend_start = 0;  // µs since 2000-01-01
-  std::string state = "startup";   // startup, catchup, streaming, stopping
-  Lsn sent, write, flush, replay;
-  std::int64_t reply_time = 0;
-};
-
-// Walsender pids are above any real backend pid so that pg_terminate_backend can tell them apart.
-inline constexpr int kFirstWalsenderPid = 1 << 30;
-
+// One per captured database. The slot registry and the walsender registry are the server's,
+// shared by every database's hub.
 class ReplicationHub {
  public:
   ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking, log::ChangeLog& log,
-                 log::SlotRegistry& slots, CaptureLink* capture, upstream::UpstreamConfig upstream);
+                 log::SlotRegistry& slots, WalsenderRegistry& walsenders, CaptureLink* capture,
+                 upstream::UpstreamConfig upstream);
   ~ReplicationHub();
   ReplicationHub(const ReplicationHub&) = delete;
   ReplicationHub& operator=(const ReplicationHub&) = delete;
@@ -67,12 +54,13 @@ class ReplicationHub {
   log::SlotRegistry& slots() { return slots_; }
   CaptureLink* capture() { return capture_; }
   asio::thread_pool& blocking() { return blocking_; }
+  // The upstream, its database this hub's.
   const upstream::UpstreamConfig& upstream() const { return upstream_; }
+  WalsenderRegistry& walsenders() { return walsenders_; }
   // libpq connections for side queries made on the blocking pool (publications at
   // START_REPLICATION).
   upstream::LibpqPool& side_connections() { return side_connections_; }
 
-  int allocate_pid() { return next_pid_++; }
   // Encoded entries shared by walsenders with the same view (executor thread only).
   EncodedEntryCache& encoded_cache() { return encoded_cache_; }
   // The highest consistent point a slot was created at (capture's sync or snapshot export):
@@ -106,33 +94,15 @@ class ReplicationHub {
   // finds no wait then) sees it changed before it sleeps.
   std::uint64_t wake_generation() const { return wake_generation_; }
 
-  // Running walsenders, for pg_stat_replication and pg_terminate_backend.
-  // `terminate` ends the walsender at once (pg_terminate_backend); `stop` asks it to send what
-  // it has, end the stream with CopyDone and close (server shutdown).
+  // The walsenders of this database join the server's registry.
   void add_walsender(const WalsenderInfo& info, std::function<void()> terminate,
-                     std::function<void()> stop);
-  void update_walsender(const WalsenderInfo& info);
-  void remove_walsender(int pid);
-  std::vector<WalsenderInfo> walsenders() const;
-  // Ends the walsender with this pid; false if there is none.
-  bool terminate(int pid);
-  // Asks every walsender to finish gracefully; new ones are refused from now on.
-  void stop_all();
-  bool stopping() const { return stopping_; }
-
-  // Called (on the executor) after slots or walsenders changed, e.g. to refresh the upstream
-  // mirror of pg_replication_slots.
-  void on_change(std::function<void()> listener) { change_listener_ = std::move(listener); }
-  void changed() {
-    if (change_listener_) change_listener_();
+                     std::function<void()> stop) {
+    walsenders_.add(info, std::move(terminate), std::move(stop));
   }
-  // Blocking: returns once the effects of earlier changed() calls are visible to clients of
-  // the upstream (the pg_replication_slots mirror), so a slot command's result is never ahead
-  // of what SQL sees. Run it on the blocking pool.
-  void on_mirror_sync(std::function<void()> sync) { mirror_sync_ = std::move(sync); }
-  void sync_mirror() const {
-    if (mirror_sync_) mirror_sync_();
-  }
+  void update_walsender(const WalsenderInfo& info) { walsenders_.update(info); }
+  void remove_walsender(int pid) { walsenders_.remove(pid); }
+  // Slots or walsenders changed (WalsenderRegistry::changed).
+  void changed() { walsenders_.changed(); }
 
  private:
   void wake_all();
@@ -141,10 +111,10 @@ class ReplicationHub {
   asio::thread_pool& blocking_;
   log::ChangeLog& log_;
   log::SlotRegistry& slots_;
+  WalsenderRegistry& walsenders_;
   CaptureLink* capture_;
   upstream::UpstreamConfig upstream_;
   upstream::LibpqPool side_connections_;
-  int next_pid_ = kFirstWalsenderPid;
   EncodedEntryCache encoded_cache_{64u << 20};
   Lsn quiet_position_;
   BinaryConverter binary_converter_;
@@ -152,15 +122,6 @@ class ReplicationHub {
       converting_;
   std::set<asio::steady_timer*> watchers_;
   std::uint64_t wake_generation_ = 0;
-  struct Running {
-    WalsenderInfo info;
-    std::function<void()> terminate;
-    std::function<void()> stop;
-  };
-  bool stopping_ = false;
-  std::map<int, Running> walsenders_;
-  std::function<void()> change_listener_;
-  std::function<void()> mirror_sync_;
   // Keeps log callbacks from touching a destroyed hub.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

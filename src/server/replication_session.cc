@@ -32,24 +32,12 @@ std::string slot_not_found(const std::string& name) {
   return "replication slot \"" + name + "\" does not exist";
 }
 
-// pgrelay captures one database, its upstream's: a slot anywhere else would stream nothing.
-Error database_not_captured(std::string_view database, std::string_view captured) {
-  return Error::make(
-      sqlstate::kObjectNotInPrerequisiteState,
-      "database \"" + std::string(database) + "\" is not captured by pgrelay",
-      "pgrelay captures database \"" + std::string(captured) +
-          "\" only. Replicate from there, or serve this database with a pgrelay of its own: "
-          "pgrelay serve --upstream 'postgres://USER@HOST/" +
-          std::string(database) + "' --data-dir DIR --listen HOST:PORT",
-      "A slot in this database would stream nothing.");
-}
-
 class ReplicationSession {
  public:
   ReplicationSession(upstream::MessageStream& client, const wire::StartupMessage& startup,
                      const User& user, ServerContext& context)
-      : client_(client), startup_(startup), user_(user), context_(context), hub_(*context.hub) {
-    pid_ = hub_.allocate_pid();
+      : client_(client), startup_(startup), user_(user), context_(context), hubs_(*context.hubs) {
+    pid_ = hubs_.walsenders().allocate_pid();
   }
 
   upstream::awaitable<void> run();
@@ -63,7 +51,10 @@ class ReplicationSession {
   upstream::awaitable<Status> start_replication(const pgoutput::StartReplication& command,
                                                 Bytes& out);
   // Reads `options`' publications from the upstream: what the walsender sends, and its key.
-  upstream::awaitable<Result<WalsenderView>> load_view(const pgoutput::PgoutputOptions& options);
+  upstream::awaitable<Result<WalsenderView>> load_view(ReplicationHub& hub,
+                                                       const pgoutput::PgoutputOptions& options);
+  // Blocking on the pool: the hub of the session's database, its capture started if need be.
+  upstream::awaitable<Result<ReplicationHub*>> open_hub();
   upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
                                           Bytes& out);
   upstream::awaitable<Status> drop_slot(const pgoutput::DropReplicationSlot& command, Bytes& out);
@@ -82,7 +73,7 @@ class ReplicationSession {
   const wire::StartupMessage& startup_;
   const User& user_;
   ServerContext& context_;
-  ReplicationHub& hub_;
+  ReplicationHubs& hubs_;
   int pid_ = 0;
   std::optional<upstream::UpstreamLink> sql_;  // the upstream backend for SQL
   std::shared_ptr<void> exported_snapshot_;    // held until the next command
@@ -121,10 +112,10 @@ upstream::awaitable<void> ReplicationSession::run() {
 void ReplicationSession::cleanup() {
   exported_snapshot_.reset();
   for (const auto& name : temporary_slots_) {
-    (void)hub_.slots().release(name);
-    (void)hub_.slots().drop(name);
+    (void)hubs_.slots().release(name);
+    (void)hubs_.slots().drop(name);
   }
-  if (!temporary_slots_.empty()) hub_.changed();
+  if (!temporary_slots_.empty()) hubs_.walsenders().changed();
 }
 
 upstream::awaitable<Status> ReplicationSession::command_loop() {
@@ -276,7 +267,7 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
     co_return co_await relay_sql(sql, /*include_ready=*/false);
   }
   if (auto* read = std::get_if<pgoutput::ReadReplicationSlot>(&command.command)) {
-    auto slot = hub_.slots().get(read->slot_name);
+    auto slot = hubs_.slots().get(read->slot_name);
     if (slot) {
       co_return Error::make(sqlstate::kFeatureNotSupported,
                             "cannot use READ_REPLICATION_SLOT with a logical replication slot");
@@ -325,13 +316,16 @@ upstream::awaitable<Result<std::optional<std::string>>> ReplicationSession::side
 upstream::awaitable<Status> ReplicationSession::identify_system(Bytes& out) {
   // The log's head, or the upstream's WAL position when that is further (an empty log, or one
   // idle since): LSNs clients get from the upstream compare correctly with it.
-  Lsn head = hub_.log().last_end_lsn();
+  // A database not captured (yet) has no log: the upstream's position stands alone.
+  ReplicationHub* hub = hubs_.find(std::string(startup_.database()));
+  ReplicationHub* first = hubs_.find(hubs_.upstream().dbname);
+  Lsn head = hub ? hub->log().last_end_lsn() : Lsn();
   auto upstream_lsn = co_await side_query("SELECT pg_catalog.pg_current_wal_insert_lsn()");
   if (upstream_lsn.ok() && *upstream_lsn) {
     if (auto parsed = Lsn::parse(**upstream_lsn); parsed && *parsed > head) head = *parsed;
   }
   append_result(out, {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
-                {{std::to_string(hub_.log().system_id()), "1", head.to_string(),
+                {{std::to_string(first ? first->log().system_id() : 0), "1", head.to_string(),
                   std::string(startup_.database())}},
                 "IDENTIFY_SYSTEM");
   co_return Status{};
@@ -350,10 +344,7 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
         "pgrelay provides the pgoutput plugin only.");
   }
   PGRELAY_CO_TRY(log::validate_slot_name(command.slot_name));
-  if (startup_.database() != hub_.upstream().dbname) {
-    co_return database_not_captured(startup_.database(), hub_.upstream().dbname);
-  }
-  if (hub_.slots().get(command.slot_name)) {
+  if (hubs_.slots().get(command.slot_name)) {
     co_return Error::make(sqlstate::kDuplicateObject,
                           "replication slot \"" + command.slot_name + "\" already exists");
   }
@@ -368,7 +359,10 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
                           "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export') must not be called "
                           "inside a transaction");
   }
-  CaptureLink* capture = hub_.capture();
+  auto opened = co_await open_hub();
+  if (!opened.ok()) co_return opened.error();
+  ReplicationHub& hub = **opened;
+  CaptureLink* capture = hub.capture();
   if (!capture) {
     co_return Error::make(sqlstate::kObjectNotInPrerequisiteState,
                           "pgrelay has no capture running, so it cannot create a slot");
@@ -376,12 +370,12 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   std::optional<ExportedSnapshot> snapshot;
   Lsn consistent_point;
   if (command.snapshot == pgoutput::SnapshotAction::kNothing) {
-    auto synced = co_await run_blocking(hub_.blocking(), [capture] { return capture->sync(); });
+    auto synced = co_await run_blocking(hub.blocking(), [capture] { return capture->sync(); });
     if (!synced.ok()) co_return synced.error();
     consistent_point = *synced;
   } else {
     auto exported =
-        co_await run_blocking(hub_.blocking(), [capture] { return capture->export_snapshot(); });
+        co_await run_blocking(hub.blocking(), [capture] { return capture->export_snapshot(); });
     if (!exported.ok()) co_return exported.error();
     snapshot = std::move(*exported);
     consistent_point = snapshot->consistent_point;
@@ -395,13 +389,13 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
   slot.two_phase = command.two_phase;
   slot.confirmed_flush = consistent_point;
   slot.restart_lsn = consistent_point;
-  auto created = co_await run_blocking(hub_.blocking(), [&] { return hub_.slots().create(slot); });
+  auto created = co_await run_blocking(hub.blocking(), [&] { return hubs_.slots().create(slot); });
   if (!created.ok()) co_return created.error();
-  hub_.note_consistent_point(consistent_point);
+  hub.note_consistent_point(consistent_point);
   if (command.temporary) temporary_slots_.push_back(command.slot_name);
-  hub_.changed();
-  co_await run_blocking(hub_.blocking(), [this] {
-    hub_.sync_mirror();
+  hubs_.walsenders().changed();
+  co_await run_blocking(hub.blocking(), [this] {
+    hubs_.walsenders().sync_mirror();
     return true;
   });
 
@@ -425,7 +419,7 @@ upstream::awaitable<Status> ReplicationSession::create_slot(
 upstream::awaitable<Status> ReplicationSession::drop_slot(
     const pgoutput::DropReplicationSlot& command, Bytes& out) {
   for (;;) {
-    auto slot = hub_.slots().get(command.slot_name);
+    auto slot = hubs_.slots().get(command.slot_name);
     if (!slot) co_return Error::make(sqlstate::kUndefinedObject, slot_not_found(command.slot_name));
     if (slot->active_pid != 0 && slot->active_pid != pid_) {
       if (!command.wait) {
@@ -439,25 +433,30 @@ upstream::awaitable<Status> ReplicationSession::drop_slot(
     }
     break;
   }
-  (void)hub_.slots().release(command.slot_name);
-  auto dropped =
-      co_await run_blocking(hub_.blocking(), [&] { return hub_.slots().drop(command.slot_name); });
+  (void)hubs_.slots().release(command.slot_name);
+  auto dropped = co_await run_blocking(hubs_.blocking(),
+                                       [&] { return hubs_.slots().drop(command.slot_name); });
   if (!dropped.ok()) co_return dropped.error();
   std::erase(temporary_slots_, command.slot_name);
-  hub_.changed();
-  co_await run_blocking(hub_.blocking(), [this] {
-    hub_.sync_mirror();
+  hubs_.walsenders().changed();
+  co_await run_blocking(hubs_.blocking(), [this] {
+    hubs_.walsenders().sync_mirror();
     return true;
   });
   append_command_complete(out, "DROP_REPLICATION_SLOT");
   co_return Status{};
 }
 
+upstream::awaitable<Result<ReplicationHub*>> ReplicationSession::open_hub() {
+  co_return co_await run_blocking(hubs_.blocking(),
+                                  [this] { return hubs_.open(std::string(startup_.database())); });
+}
+
 upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
-    const pgoutput::PgoutputOptions& options) {
+    ReplicationHub& hub, const pgoutput::PgoutputOptions& options) {
   auto conninfo = context_.upstream.conninfo(startup_.database());
-  auto loaded = co_await run_blocking(hub_.blocking(), [&]() -> Result<log::ViewOptions> {
-    auto conn = hub_.side_connections().acquire(conninfo);
+  auto loaded = co_await run_blocking(hub.blocking(), [&]() -> Result<log::ViewOptions> {
+    auto conn = hub.side_connections().acquire(conninfo);
     if (!conn.ok()) return conn.error();
     return load_publication_view(conn->get(), options.publication_names, options.messages);
   });
@@ -487,26 +486,26 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
                           "Use START_REPLICATION SLOT name LOGICAL lsn (options).");
   }
   const std::string& name = *command.slot_name;
-  auto slot = hub_.slots().get(name);
+  auto slot = hubs_.slots().get(name);
   if (!slot) co_return Error::make(sqlstate::kUndefinedObject, slot_not_found(name));
   if (slot->database != startup_.database()) {
     co_return Error::make(sqlstate::kObjectNotInPrerequisiteState,
                           "replication slot \"" + name + "\" was not created in this database");
   }
-  if (slot->database != hub_.upstream().dbname) {
-    co_return database_not_captured(slot->database, hub_.upstream().dbname);
-  }
-  PGRELAY_CO_TRY(hub_.slots().check_usable(name));
+  auto opened = co_await open_hub();
+  if (!opened.ok()) co_return opened.error();
+  ReplicationHub& hub = **opened;
+  PGRELAY_CO_TRY(hubs_.slots().check_usable(name));
   auto options = pgoutput::pgoutput_options_for_start(command.options);
   if (!options.ok()) co_return options.error();
-  PGRELAY_CO_TRY(hub_.slots().acquire(name, pid_));
+  PGRELAY_CO_TRY(hubs_.slots().acquire(name, pid_));
 
-  auto view = co_await load_view(*options);
+  auto view = co_await load_view(hub, *options);
   if (!view.ok()) {
-    (void)hub_.slots().release(name);
+    (void)hubs_.slots().release(name);
     co_return view.error();
   }
-  hub_.changed();
+  hubs_.walsenders().changed();
 
   WalsenderParams params;
   params.slot = name;
@@ -514,7 +513,7 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.options = *options;
   params.view = std::move(*view);
   if (options->binary) params.binary_conninfo = context_.upstream.conninfo(startup_.database());
-  params.reload_view = [this, options = *options]() { return load_view(options); };
+  params.reload_view = [this, &hub, options = *options]() { return load_view(hub, options); };
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;
@@ -531,10 +530,10 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
           {"start_lsn", command.start.to_string()},
           {"user", user_.name},
           {"application_name", params.info.application_name}});
-  auto streamed = co_await run_walsender(client_, hub_, std::move(params));
-  (void)hub_.slots().release(name);
-  (void)hub_.slots().flush();
-  hub_.changed();
+  auto streamed = co_await run_walsender(client_, hub, std::move(params));
+  (void)hubs_.slots().release(name);
+  (void)hubs_.slots().flush();
+  hubs_.walsenders().changed();
   if (!streamed.ok()) co_return streamed.error();
   if (*streamed == StreamEnd::kShutdown) {
     co_return Error::make(kQuietClose, "server shutdown");

@@ -1,11 +1,14 @@
 // The listener: accepts connections, negotiates TLS, authenticates, and starts each session.
 #include "server/server.h"
 
+#include "server/blocking.h"
+
 #include <asio/steady_timer.hpp>
 
 #include <chrono>
 #include <exception>
 
+#include "server/blocking.h"
 #include "server/pass_through.h"
 #include "server/replication_session.h"
 #include "upstream/message_stream.h"
@@ -317,6 +320,13 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
           {"replication", replication},
           {"host", host},
           {"application_name", startup->find("application_name").value_or("")}});
+  // The first session in a database readies it: pgrelay's catalog there, and its capture.
+  if (context_.hubs && !context_.hubs->prepared(std::string(startup->database()))) {
+    co_await run_blocking(context_.hubs->blocking(), [&] {
+      context_.hubs->prepare(std::string(startup->database()));
+      return true;
+    });
+  }
   if (replication) {
     if (!(*user)->replication) {
       {
@@ -328,7 +338,7 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
       }
       co_return;
     }
-    if (!context_.hub) {
+    if (!context_.hubs) {
       {
         const Error fatal = Error::make(sqlstate::kObjectNotInPrerequisiteState,
                                         "this pgrelay serves no replication");

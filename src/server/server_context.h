@@ -13,7 +13,7 @@
 #include "base/logger.h"
 #include "server/auth.h"
 #include "server/metrics.h"
-#include "server/replication_hub.h"
+#include "server/replication_hubs.h"
 #include "server/shutdown_signal.h"
 #include "server/sql_rewrite.h"
 #include "upstream/upstream_config.h"
@@ -55,7 +55,8 @@ struct ServerContext {
   asio::ssl::context* upstream_tls = nullptr;  // client side, for sslmode
   asio::ssl::context* server_tls = nullptr;    // our side; nullptr answers SSLRequest with N
   AuthConfig auth;
-  ReplicationHub* hub = nullptr;
+  // Replication of the upstream's databases; null: this server answers no replication.
+  ReplicationHubs* hubs = nullptr;
   SqlRewrite rewrite;
   CancelRegistry cancels;
   // Triggered on the io thread when the server shuts down: pass-through sessions then end as

@@ -63,9 +63,14 @@ CREATE TABLE @S@.catalog_walsenders (
   slot_name name
 );
 
+-- refusal: NULL while pgrelay captures this database; otherwise why slots cannot be made here
+-- (SQLSTATE 55000, with its hint), as catalog_create_slot raises it.
 CREATE TABLE @S@.catalog_server (
   only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-  log_head pg_lsn NOT NULL DEFAULT '0/0'
+  log_head pg_lsn NOT NULL DEFAULT '0/0',
+  refusal text DEFAULT 'pgrelay has not started capturing this database',
+  refusal_detail text,
+  refusal_hint text DEFAULT 'Retry in a moment; if this persists, pgrelay''s log says why.'
 );
 INSERT INTO @S@.catalog_server DEFAULT VALUES;
 
@@ -291,7 +296,19 @@ CREATE FUNCTION @S@.catalog_create_slot(p_slot_name name, p_plugin name, p_tempo
 DECLARE
   v_lsn pg_lsn;
   v_max integer;
+  v_refusal text;
+  v_detail text;
+  v_hint text;
 BEGIN
+  -- Where Postgres checks the requirements of logical decoding (wal_level, the database).
+  SELECT s.refusal, s.refusal_detail, s.refusal_hint INTO v_refusal, v_detail, v_hint
+    FROM @S@.catalog_server s;
+  IF v_refusal IS NOT NULL AND COALESCE(v_detail, '') = '' THEN
+    RAISE EXCEPTION '%', v_refusal USING ERRCODE = '55000', HINT = COALESCE(v_hint, '');
+  ELSIF v_refusal IS NOT NULL THEN
+    RAISE EXCEPTION '%', v_refusal
+      USING ERRCODE = '55000', DETAIL = v_detail, HINT = COALESCE(v_hint, '');
+  END IF;
   IF pg_catalog.length(p_slot_name) = 0 THEN
     RAISE EXCEPTION 'replication slot name "%" is too short', p_slot_name USING ERRCODE = '42602';
   END IF;
@@ -958,6 +975,32 @@ Status VirtualCatalog::set_walsenders(const std::vector<WalsenderRow>& walsender
                      w.sync_state,
                      reply,
                      text_or_null(w.slot_name)}));
+  }
+  return tx.commit();
+}
+
+Status VirtualCatalog::set_capture_refusal(const std::optional<Error>& refusal) {
+  auto s = quote_identifier(conn_, schema_);
+  if (!s.ok()) return s.error();
+  Transaction tx(conn_);
+  PGRELAY_TRY(tx.begin());
+  if (refusal) {
+    PGRELAY_TRY(run(
+        conn_,
+        "UPDATE " + *s + ".catalog_server SET refusal = $1, refusal_detail = $2, refusal_hint = $3",
+        {refusal->message, refusal->detail, refusal->hint}));
+    // Replication does not work here: the upstream's own wal_level is the truth.
+    PGRELAY_TRY(run(conn_, "UPDATE " + *s +
+                               ".catalog_settings SET setting = pg_catalog.current_setting("
+                               "'wal_level'), shown = pg_catalog.current_setting('wal_level') "
+                               "WHERE name = 'wal_level'"));
+  } else {
+    PGRELAY_TRY(run(conn_, "UPDATE " + *s +
+                               ".catalog_server SET refusal = NULL, refusal_detail = NULL, "
+                               "refusal_hint = NULL"));
+    PGRELAY_TRY(run(conn_, "UPDATE " + *s +
+                               ".catalog_settings SET setting = 'logical', shown = 'logical' "
+                               "WHERE name = 'wal_level'"));
   }
   return tx.commit();
 }

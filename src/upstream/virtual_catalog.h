@@ -90,7 +90,8 @@ class VirtualCatalog {
  public:
   // 2: privilege checks as Postgres's, relay_/denied_ entry points, pg_publication_tables.
   // 3: the dump_ views pg_dump's sessions read. 4: catalog_is_walsender_pid.
-  static constexpr int kVersion = 4;
+  // 5: catalog_server.refusal (databases pgrelay does not capture).
+  static constexpr int kVersion = 5;
 
   // Connects (08000 with libpq's message on failure) and LISTENs for requests.
   static Result<std::unique_ptr<VirtualCatalog>> open(std::string conninfo, std::string schema);
@@ -113,6 +114,11 @@ class VirtualCatalog {
   Status set_walsenders(const std::vector<WalsenderRow>& walsenders);
   // pgrelay's log head: pg_current_wal_*lsn() answer at least this.
   Status set_log_head(wire::Lsn head);
+  // nullopt while pgrelay captures this database: slots may be created through the catalog and
+  // wal_level reads logical. Otherwise pg_create_logical_replication_slot raises `refusal`'s
+  // message and hint with SQLSTATE 55000, and wal_level reads the upstream's own setting.
+  // A fresh installation refuses until this is called.
+  Status set_capture_refusal(const std::optional<Error>& refusal);
   Status set_settings(const CatalogSettings& settings);
 
   // Reads and deletes the pending requests, oldest first.

@@ -11,7 +11,7 @@
 #include "log/change_log.h"
 #include "log/slots.h"
 #include "pg_server.h"
-#include "server/replication_hub.h"
+#include "server/replication_hubs.h"
 #include "server/server.h"
 #include "server/tls_setup.h"
 #include "wire/scram.h"
@@ -84,9 +84,17 @@ class RelayHarness {
       slots_ = std::move(*slots);
       pool_ = std::make_unique<asio::thread_pool>(2);
       capture_ = std::make_unique<DirectCaptureLink>(context_.upstream.conninfo(), *log_);
-      hub_ = std::make_unique<server::ReplicationHub>(io_.get_executor(), *pool_, *log_, *slots_,
-                                                      capture_.get(), context_.upstream);
-      context_.hub = hub_.get();
+      // One captured database, postgres; the others are refused.
+      hubs_ = std::make_unique<server::ReplicationHubs>(
+          io_.get_executor(), *pool_, *slots_, context_.upstream,
+          server::CaptureScope(context_.upstream.dbname, {}),
+          [this](const std::string&) -> Result<server::CapturedParts> {
+            return server::CapturedParts{log_.get(), capture_.get(), nullptr};
+          });
+      auto first = hubs_->open(context_.upstream.dbname);
+      if (!first.ok()) throw PgError(first.error().message);
+      hub_ = *first;
+      context_.hubs = hubs_.get();
       context_.settings.wal_sender_timeout = std::chrono::seconds(10);
     }
     if (options.tls) {
@@ -156,7 +164,8 @@ class RelayHarness {
   std::unique_ptr<log::SlotRegistry> slots_;
   std::unique_ptr<asio::thread_pool> pool_;
   std::unique_ptr<DirectCaptureLink> capture_;
-  std::unique_ptr<server::ReplicationHub> hub_;
+  std::unique_ptr<server::ReplicationHubs> hubs_;
+  server::ReplicationHub* hub_ = nullptr;
   std::unique_ptr<asio::ssl::context> tls_;
   std::unique_ptr<server::Server> server_;
   std::filesystem::path dir_;

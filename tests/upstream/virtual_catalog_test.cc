@@ -150,6 +150,8 @@ class VirtualCatalogTest : public ::testing::Test {
     catalog_ = std::move(*c);
     Status installed = catalog_->install();
     ASSERT_TRUE(installed.ok()) << installed.error().message;
+    Status capturing = catalog_->set_capture_refusal(std::nullopt);
+    ASSERT_TRUE(capturing.ok()) << capturing.error().message;
     relay_ = std::make_unique<PgConnection>(server_->conninfo("app", "relay"));
   }
 
@@ -467,6 +469,38 @@ TEST_F(VirtualCatalogTest, CreateSlotChecksAndRequests) {
   EXPECT_EQ((*requests)[1].slot_name, "s2");
   EXPECT_TRUE((*requests)[1].temporary);
   EXPECT_TRUE((*requests)[1].two_phase);
+}
+
+// A database pgrelay does not capture: slot creation is refused there before any other check,
+// with the refusal's message and hint, and wal_level says what the upstream has.
+TEST_F(VirtualCatalogTest, RefusedDatabaseRefusesSlotsAndReadsTheRealWalLevel) {
+  ASSERT_TRUE(catalog_
+                  ->set_capture_refusal(Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                                                    "database \"x\" is not captured by pgrelay",
+                                                    "Start pgrelay with --capture-database x."))
+                  .ok());
+  for (const char* name : {"s1", "Bad-Name"}) {
+    Outcome refused = vrun(*relay_, std::string("SELECT pg_create_logical_replication_slot('") +
+                                        name + "', 'pgoutput')");
+    EXPECT_EQ(refused.sqlstate, "55000") << name;
+    EXPECT_EQ(refused.message, "database \"x\" is not captured by pgrelay");
+  }
+  PGresult* res = PQexec(relay_->raw(), virt("SELECT pg_create_logical_replication_slot('s1', "
+                                             "'pgoutput')")
+                                            .c_str());
+  const char* hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+  EXPECT_STREQ(hint != nullptr ? hint : "", "Start pgrelay with --capture-database x.");
+  PQclear(res);
+  EXPECT_EQ(vrun(*relay_, "SHOW wal_level").rows, Rows{row({"replica"})});
+  EXPECT_TRUE(vrun(*relay_, "SELECT slot_name FROM pg_replication_slots").rows.empty());
+
+  ASSERT_TRUE(catalog_->set_capture_refusal(std::nullopt).ok());
+  EXPECT_EQ(vrun(*relay_, "SHOW wal_level").rows, Rows{row({"logical"})});
+  Outcome made = vrun(*relay_,
+                      "SELECT slot_name FROM pg_create_logical_replication_slot('s1', "
+                      "'pgoutput')");
+  ASSERT_TRUE(made.ok()) << made.message;
+  EXPECT_EQ(made.rows, Rows{row({"s1"})});
 }
 
 TEST_F(VirtualCatalogTest, DropAndTerminateMatchPostgres) {

@@ -351,8 +351,10 @@ class Pgrelay:
 
 class PrivatePostgres:
     """The `embedded` variant's upstream: pgrelay's own private PostgreSQL (`pgrelay` without
-    --upstream), reached only through pgrelay. Its captured database is `postgres`, which
-    stands in for zt_upstream; zt_cvr and zt_change are made with --database."""
+    --upstream), reached only through pgrelay. zt_upstream, zt_cvr and zt_change are made with
+    --database, as an application's own database would be: zero-cache replicates zt_upstream,
+    a database other than the ready URL's `postgres`, which pgrelay captures from zero-cache's
+    first session there."""
 
     wal_level = "replica, private to pgrelay"
 
@@ -365,11 +367,11 @@ class PrivatePostgres:
 
     def start(self):
         self.relay.start(None, data=os.path.join(self.root, "pgrelay-data"),
-                         extra=["--database", "zt_cvr", "--database", "zt_change"])
+                         extra=["--database", "zt_upstream,zt_cvr,zt_change"])
         self.port = urllib.parse.urlsplit(self.relay.url).port
 
     def url(self, db):
-        return with_database(self.relay.url, "postgres" if db == "zt_upstream" else db)
+        return with_database(self.relay.url, db)
 
     def connect(self, db):
         c = psycopg2.connect(self.url(db))

@@ -1,0 +1,97 @@
+// What `serve` keeps for each captured database of the upstream: its directory, log, capture
+// and virtual catalog, started when ReplicationHubs asks.
+#pragma once
+
+#include <asio.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/logger.h"
+#include "base/result.h"
+#include "cli/capture_link.h"
+#include "cli/catalog_worker.h"
+#include "cli/serve_command.h"
+#include "log/change_log.h"
+#include "server/replication_hubs.h"
+#include "upstream/upstream_config.h"
+
+namespace pgrelay::cli {
+
+// The capture mode asked for: trigger, native or auto.
+std::string capture_mode(const ServeOptions& options);
+
+// Where a database's log, spill files and capture state live: DATA_DIR itself for the
+// upstream URL's database (as before pgrelay captured more than one), DATA_DIR/databases/NAME
+// for the others, NAME percent-encoded outside [A-Za-z0-9_-].
+std::string capture_dir(const std::string& data_dir, const std::string& first_database,
+                        const std::string& database);
+
+// DATA_DIR/databases.json: every database captured so far and its directory, for the next
+// start and for `pgrelay status`.
+struct CapturedDatabaseEntry {
+  std::string name;
+  std::string dir;  // relative to DATA_DIR; "" is DATA_DIR itself
+};
+std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& data_dir);
+
+// What /metrics shows of one captured database.
+struct DatabaseFigures {
+  std::string database;
+  CaptureFigures capture;
+  log::LogStats log;
+  wire::Lsn head;
+};
+
+class DatabaseCaptures {
+ public:
+  DatabaseCaptures(const ServeOptions& options, upstream::UpstreamConfig upstream,
+                   asio::io_context& io, Logger& logger);
+  // Workers first (they read the hubs), then the captures they outlive.
+  ~DatabaseCaptures();
+  DatabaseCaptures(const DatabaseCaptures&) = delete;
+  DatabaseCaptures& operator=(const DatabaseCaptures&) = delete;
+
+  // The hubs the catalog workers mirror; set once, before the first prepare().
+  void attach(server::ReplicationHubs& hubs) { hubs_ = &hubs; }
+
+  // server::CaptureStarter: opens the database's log and starts its capture (blocking).
+  Result<server::CapturedParts> start(const std::string& database);
+  // server::DatabasePreparer: installs the virtual catalog there on first use, starts its
+  // worker, and writes whether pgrelay captures the database (blocking; waits until written).
+  void prepare(const std::string& database, const std::optional<Error>& refusal);
+
+  // Slots or walsenders changed (io thread): every database's mirror follows.
+  void refresh_all();
+  // Blocks until every mirror has what refresh_all() asked before the call.
+  void flush_all();
+  // Databases captured by an earlier run, to start again now.
+  std::vector<std::string> captured_before() const;
+  // Every running capture's figures (io thread).
+  std::vector<DatabaseFigures> figures() const;
+  // Stops the catalog workers (before the hubs they read go).
+  void stop_workers();
+
+ private:
+  struct Running {
+    std::unique_ptr<log::ChangeLog> log;
+    std::unique_ptr<ServeCapture> capture;
+    ~Running() { capture.reset(); }  // the capture writes to the log: it stops first
+  };
+  Status remember(const std::string& database, const std::string& dir);
+
+  const ServeOptions& options_;
+  upstream::UpstreamConfig upstream_;
+  asio::io_context& io_;
+  Logger& logger_;
+  server::ReplicationHubs* hubs_ = nullptr;
+  mutable std::mutex mu_;
+  std::map<std::string, std::weak_ptr<Running>> running_;
+  std::map<std::string, std::unique_ptr<CatalogWorker>> workers_;
+};
+
+}  // namespace pgrelay::cli
