@@ -117,6 +117,7 @@ Result<RetentionReport> enforce_retention(ChangeLog& log, SlotRegistry& slots,
     std::vector<std::string> victims;
     std::vector<RetentionWarning> warnings;
     for (const SlotHold& hold : slots.holds()) {
+      if (!options.database.empty() && hold.database != options.database) continue;
       if (hold.position >= *f.point) continue;
       victims.push_back(hold.name);
       warnings.push_back({"replication slot \"" + hold.name + "\" is lost: it needs " +
@@ -131,7 +132,7 @@ Result<RetentionReport> enforce_retention(ChangeLog& log, SlotRegistry& slots,
     report.warnings.insert(report.warnings.end(), warnings.begin(), warnings.end());
   }
 
-  std::optional<Lsn> point = slots.min_persisted_confirmed();
+  std::optional<Lsn> point = slots.min_persisted_confirmed(options.database);
   if (!point && !options.keep_all_without_slots) {
     point = Lsn(std::numeric_limits<std::uint64_t>::max());
   }

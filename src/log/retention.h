@@ -33,6 +33,9 @@ struct RetentionOptions {
   bool keep_all_without_slots = true;
   std::uint64_t max_bytes = 0;           // total log bytes; 0 = no limit
   std::chrono::microseconds max_age{0};  // age of the oldest retained entry; 0 = no limit
+  // The database this log captures: only its slots hold it, and only they can be lost by its
+  // limits (the registry holds every database's slots). Empty: every slot.
+  std::string database;
 };
 
 // A message the caller must log at WARNING level, with a hint.

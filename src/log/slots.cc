@@ -348,15 +348,16 @@ std::vector<SlotHold> SlotRegistry::holds() const {
   std::vector<SlotHold> out;
   for (const auto& [name, entry] : slots_) {
     if (entry.slot.is_lost()) continue;
-    out.push_back(
-        {name, entry.slot.temporary ? entry.slot.confirmed_flush : entry.persisted_confirmed});
+    out.push_back({name, entry.slot.database,
+                   entry.slot.temporary ? entry.slot.confirmed_flush : entry.persisted_confirmed});
   }
   return out;
 }
 
-std::optional<Lsn> SlotRegistry::min_persisted_confirmed() const {
+std::optional<Lsn> SlotRegistry::min_persisted_confirmed(const std::string& database) const {
   std::optional<Lsn> min;
   for (const SlotHold& hold : holds()) {
+    if (!database.empty() && hold.database != database) continue;
     if (!min || hold.position < *min) min = hold.position;
   }
   return min;

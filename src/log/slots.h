@@ -91,6 +91,7 @@ Result<std::vector<Slot>> parse_slots(ByteView data, const std::string& path);
 // What one non-lost slot keeps from removal: retention may delete entries below `position`.
 struct SlotHold {
   std::string name;
+  std::string database;
   Lsn position;
 };
 
@@ -135,8 +136,8 @@ class SlotRegistry {
 
   // The position below which no non-lost slot needs data: the minimum, over persistent slots,
   // of the confirmed_flush last written to disk, and over temporary slots, of their current
-  // confirmed_flush. nullopt when no non-lost slot exists.
-  std::optional<Lsn> min_persisted_confirmed() const;
+  // confirmed_flush. nullopt when no non-lost slot exists. Non-empty `database`: its slots only.
+  std::optional<Lsn> min_persisted_confirmed(const std::string& database = {}) const;
   // The same positions per non-lost slot, ordered by name.
   std::vector<SlotHold> holds() const;
 

@@ -54,6 +54,15 @@ class RetentionTest : public ::testing::Test {
     slots_ = std::move(*slots);
   }
 
+  void add_slot_of(const std::string& database, const std::string& name, Lsn confirmed) {
+    Slot s;
+    s.name = name;
+    s.plugin = "pgoutput";
+    s.database = database;
+    s.confirmed_flush = confirmed;
+    ASSERT_TRUE(slots_->create(s).ok());
+  }
+
   void add_slot(const std::string& name, Lsn confirmed, bool temporary = false) {
     Slot s;
     s.name = name;
@@ -209,6 +218,27 @@ TEST_F(RetentionTest, MaxBytesInvalidatesLaggingSlotsLoudly) {
   auto again = run(o);
   EXPECT_TRUE(again.lost_slots.empty());
   EXPECT_TRUE(again.warnings.empty());
+}
+
+// The registry holds every database's slots, each log only its own database's: a slot of
+// another database neither holds this log nor is lost by its limits.
+TEST_F(RetentionTest, OnlyTheLogsOwnDatabasesSlotsCount) {
+  add_slot("mine", end_of(270));              // database "db"
+  add_slot_of("other", "theirs", end_of(5));  // far behind, in another log's positions
+  // Without the database, every slot counts, as before: the other database's holds it all.
+  auto everyone = run();
+  EXPECT_EQ(everyone.segments_after, everyone.segments_before);
+
+  RetentionOptions o;
+  o.database = "db";
+  o.max_bytes = 3 * kSegmentSize;
+  auto report = run(o);
+  EXPECT_TRUE(report.lost_slots.empty());
+  EXPECT_TRUE(report.warnings.empty());
+  EXPECT_EQ(report.removed_before, end_of(270));
+  EXPECT_FALSE(slots_->get("theirs")->is_lost());
+  EXPECT_EQ(slots_->min_persisted_confirmed("db"), end_of(270));
+  EXPECT_EQ(slots_->min_persisted_confirmed(), end_of(5));
 }
 
 TEST_F(RetentionTest, MaxBytesWithinLimitLosesNothing) {
