@@ -170,6 +170,18 @@ Status DatabaseCaptures::remember(const std::string& database, const std::string
 }
 
 Result<server::CapturedParts> DatabaseCaptures::start(const std::string& database) {
+  auto started = start_capture_of(database);
+  if (!started.ok() && started.error().sqlstate != sqlstate::kInvalidCatalogName) {
+    logger_.warning("could not start capturing a database: its slots are refused until it can",
+                    {{"database", database},
+                     {"sqlstate", started.error().sqlstate},
+                     {"error", started.error().message},
+                     {"hint", started.error().hint}});
+  }
+  return started;
+}
+
+Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::string& database) {
   auto upstream = upstream_;
   upstream.dbname = database;
   if (database != upstream_.dbname) PGRELAY_TRY(check_database_exists(upstream_, database));

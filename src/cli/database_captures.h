@@ -82,6 +82,7 @@ class DatabaseCaptures {
     std::unique_ptr<ServeCapture> capture;
     ~Running() { capture.reset(); }  // the capture writes to the log: it stops first
   };
+  Result<server::CapturedParts> start_capture_of(const std::string& database);
   Status remember(const std::string& database, const std::string& dir);
 
   const ServeOptions& options_;

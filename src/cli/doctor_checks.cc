@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <set>
 
 #include "capture/trigger/installer.h"
 
@@ -792,6 +793,66 @@ Check check_all_tables_publications(const Facts& f) {
   return c;
 }
 
+// Which databases pgrelay captures (each from its first session through pgrelay), which it
+// leaves out, and those it would capture but cannot reach or set up with this role.
+Check check_databases(const Facts& f) {
+  const std::string& first = f.role.database;
+  bool all = false;
+  std::set<std::string> named;
+  for (const auto& name : f.capture_databases) {
+    if (name == "*") all = true;
+    named.insert(name);
+  }
+  std::vector<std::string> captured, left_out, unreachable;
+  std::vector<const DatabaseFacts*> needs_grant;
+  for (const DatabaseFacts& d : f.databases) {
+    if (!(all || d.name == first || named.count(d.name))) {
+      left_out.push_back(d.quoted);
+      continue;
+    }
+    captured.push_back(d.quoted);
+    if (!d.allows_connections || !d.can_connect) {
+      unreachable.push_back(d.quoted);
+    } else if (!d.can_create && d.name != first) {
+      needs_grant.push_back(&d);
+    }
+  }
+  std::string summary = "pgrelay captures " + listing(captured);
+  summary += all ? " (every database: --capture-database '*', from its first session through "
+                   "pgrelay)"
+                 : " (from each one's first session through pgrelay)";
+  if (!left_out.empty()) summary += "; not " + listing(left_out);
+  if (unreachable.empty() && needs_grant.empty()) {
+    Check c = make("databases", Verdict::kOk, summary);
+    if (!left_out.empty()) {
+      c.details.push_back("Slot creation in " + listing(left_out) +
+                          " is refused with SQLSTATE 55000 and a hint naming "
+                          "--capture-database.");
+    }
+    return c;
+  }
+  Check c = make("databases", Verdict::kWarn, summary);
+  if (!unreachable.empty()) {
+    c.details.push_back("The role cannot connect to " + listing(unreachable) +
+                        ": replication there fails until it can.");
+  }
+  if (!needs_grant.empty()) {
+    Fix grant{
+        "SQL, as a superuser or the database owner (or leave these databases out with "
+        "--capture-database)",
+        {}};
+    std::vector<std::string> names;
+    for (const DatabaseFacts* d : needs_grant) {
+      names.push_back(d->quoted);
+      grant.lines.push_back("GRANT CREATE ON DATABASE " + d->quoted + " TO " + f.role.quoted + ";");
+    }
+    c.details.push_back("The role may not create pgrelay's schema in " + listing(names) +
+                        ": capture cannot start there.");
+    c.fixes.push_back(std::move(grant));
+  }
+  return c;
+}
+
 // Finds `key "value"` in a libpq message; empty when absent.
 std::string quoted_after(const std::string& message, const std::string& key) {
   const std::size_t at = message.find(key + " \"");
@@ -866,7 +927,8 @@ Report evaluate(const Facts& facts) {
               check_pg_hba(facts),
               check_prepared_transactions(facts),
               check_replication_slots(facts),
-              check_all_tables_publications(facts)};
+              check_all_tables_publications(facts),
+              check_databases(facts)};
   return r;
 }
 

@@ -272,6 +272,7 @@ int run_doctor(const DoctorOptions& options) {
                  redact(facts.error().message).c_str());
     return 2;
   }
+  facts->capture_databases = options.capture_databases;
   Report report = doctor::evaluate(*facts);
   print_report(report, options, redact);
   return report.exit_status();
@@ -300,6 +301,12 @@ Subcommand add_doctor_command(CLI::App& parent) {
   cmd->add_option("--schema", options->schema,
                   "Upstream schema of pgrelay's capture tables and\n"
                   "catalog views (serve's --schema)")
+      ->capture_default_str();
+  cmd->add_option("--capture-database", options->capture_databases,
+                  "The databases serve captures besides the URL's\n"
+                  "(serve's --capture-database; '*' is every one)")
+      ->delimiter(',')
+      ->allow_extra_args(false)  // one value (or comma list) per use: the URL stays the URL
       ->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "Print one JSON object: target, exit_status, counts\n"

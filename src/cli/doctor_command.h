@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cli/subcommand.h"
 
@@ -10,6 +11,7 @@ namespace pgrelay::cli {
 struct DoctorOptions {
   std::string url;  // libpq URL or conninfo; empty: PGHOST, PGUSER, ... as psql
   std::string schema = "_pgrelay";
+  std::vector<std::string> capture_databases{"*"};  // serve's --capture-database
   bool json = false;
 };
 

@@ -374,6 +374,19 @@ Status read_hba(PGconn* conn, HbaFacts& h) {
 
 }  // namespace
 
+Status read_databases(PGconn* conn, std::vector<DatabaseFacts>& out) {
+  auto r = query(conn,
+                 "SELECT d.datname, pg_catalog.quote_ident(d.datname), d.datallowconn, "
+                 "pg_catalog.has_database_privilege(d.oid, 'CONNECT'), "
+                 "pg_catalog.has_database_privilege(d.oid, 'CREATE') "
+                 "FROM pg_catalog.pg_database d WHERE NOT d.datistemplate ORDER BY 1");
+  if (!r.ok()) return r.error();
+  for (int i = 0; i < r->count(); ++i) {
+    out.push_back({r->value(i, 0), r->value(i, 1), r->flag(i, 2), r->flag(i, 3), r->flag(i, 4)});
+  }
+  return {};
+}
+
 Result<Facts> probe(PGconn* conn, const std::string& schema) {
   Facts f;
   f.connection = connection_facts(conn);
@@ -382,6 +395,7 @@ Result<Facts> probe(PGconn* conn, const std::string& schema) {
   PGRELAY_TRY(read_publications(conn, schema, f.server.version_num >= 150000, f));
   PGRELAY_TRY(read_tables(conn, schema, f));
   PGRELAY_TRY(read_hba(conn, f.hba));
+  PGRELAY_TRY(read_databases(conn, f.databases));
   return f;
 }
 

@@ -123,6 +123,15 @@ struct HbaFacts {
   std::vector<HbaRule> rules;
 };
 
+// One database of the upstream (templates left out), and what the role may do in it.
+struct DatabaseFacts {
+  std::string name;
+  std::string quoted;
+  bool allows_connections = true;  // datallowconn
+  bool can_connect = false;
+  bool can_create = false;  // CREATE: pgrelay's schema there (capture, virtual catalog)
+};
+
 struct Facts {
   ConnectionFacts connection;
   ServerFacts server;
@@ -133,6 +142,10 @@ struct Facts {
   std::vector<TableFacts> tables;
   std::vector<std::string> owned_tables_quoted;  // a few tables the role owns, for fixes
   HbaFacts hba;
+  std::vector<DatabaseFacts> databases;  // by name
+  // serve's --capture-database: the databases besides this one that pgrelay captures; "*"
+  // is every database.
+  std::vector<std::string> capture_databases{"*"};
 };
 
 // Reads everything with catalog queries on `conn` (nothing is changed); `schema` is the schema

@@ -569,6 +569,7 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "alone. Elsewhere slot creation fails with SQLSTATE 55000 naming this\n"
                       "option.")
           ->delimiter(',')
+          ->allow_extra_args(false)
           ->capture_default_str(),
       "PGRELAY_CAPTURE_DATABASE");
   env(cmd->add_option("--schema", options->schema,

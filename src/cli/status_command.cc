@@ -8,6 +8,7 @@
 
 #include "cli/admin_commands.h"
 #include "cli/change_json.h"
+#include "cli/database_captures.h"
 #include "log/change_log.h"
 #include "log/file_util.h"
 #include "log/retention.h"
@@ -227,6 +228,13 @@ int run_status(const StatusOptions& options) {
     }
   }
 
+  // Every database captured so far (each with a log of its own); the figures above are the
+  // upstream URL's database's.
+  std::vector<std::string> captured;
+  for (const auto& entry : read_captured_databases(dir)) captured.push_back(entry.name);
+  std::string captured_text;
+  for (const auto& name : captured) captured_text += (captured_text.empty() ? "" : ", ") + name;
+
   const std::string shown_url = admin::mask_password(url);
   const char* method =
       "entries of the change log whose commit time (the upstream's clock) lies within the last "
@@ -235,6 +243,7 @@ int run_status(const StatusOptions& options) {
     nlohmann::json j;
     j["data_dir"] = dir;
     j["exists"] = true;
+    j["captured_databases"] = captured;
     j["server"] = {{"running", server->running},
                    {"pid", server->running ? nlohmann::json(server->pid) : nullptr},
                    {"url", url.empty() ? nlohmann::json(nullptr) : nlohmann::json(shown_url)},
@@ -293,6 +302,7 @@ int run_status(const StatusOptions& options) {
     std::printf("server:        not running (no pgrelay serve holds %s/%s)\n", dir.c_str(),
                 admin::kPidFileName);
   }
+  std::printf("captured databases: %s\n", captured.empty() ? "none yet" : captured_text.c_str());
   if (changelog && !stats.newest_lsn.is_valid()) {
     std::printf("log head:      %s (no transaction captured yet)\n",
                 changelog->last_end_lsn().to_string().c_str());

@@ -18,7 +18,7 @@ WRONG_PASSWORD = "Wrong-Pw-9931"
 CHECKS = ["connection", "server_version", "writable", "tls", "wal_level", "role", "schema", "grants",
           "ddl_tracking", "publications", "publication_filters", "table_privileges",
           "replica_identity", "pg_hba", "prepared_transactions", "replication_slots",
-          "all_tables_publications"]
+          "all_tables_publications", "databases"]
 
 SETUP = """
 CREATE TABLE items (id int PRIMARY KEY, name text);
@@ -493,6 +493,27 @@ def body(env):
 
     env.check("wal_level=logical: native-side checks (REPLICATION, slots, prepared transactions)",
               native_settings)
+
+    def databases():
+        env.psql_admin("CREATE DATABASE doctor_other", db="postgres")
+        checks, out = doctor(env, su, 0)
+        expect_check(checks, "databases", "OK", "pgrelay captures doctor_other, e2e, postgres",
+                     "every database")
+        checks, out = doctor(env, su, 0, "--capture-database=doctor_other")
+        text = expect_check(checks, "databases", "OK", "pgrelay captures doctor_other, e2e",
+                            "not postgres", "55000", "--capture-database")
+        expect("not doctor_other" not in text, "the database named is captured", got=text)
+        # A role without CREATE in a database it would capture: the grant that fixes it.
+        checks, out = doctor(env, user, 1, "--capture-database=doctor_other")
+        expect_check(checks, "databases", "WARN", "may not create pgrelay's schema in doctor_other",
+                     "GRANT CREATE ON DATABASE doctor_other TO doctor_user;")
+        env.psql_admin("REVOKE CONNECT ON DATABASE doctor_other FROM PUBLIC", db="postgres")
+        checks, out = doctor(env, user, 1, "--capture-database=doctor_other")
+        expect_check(checks, "databases", "WARN", "cannot connect to doctor_other")
+        env.psql_admin("DROP DATABASE doctor_other", db="postgres")
+
+    env.check("databases: which are captured, which are left out, and the grants capture needs",
+              databases)
 
 
 if __name__ == "__main__":
