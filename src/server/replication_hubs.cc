@@ -37,7 +37,7 @@ Error CaptureScope::refusal(const std::string& database) const {
   return Error::make(sqlstate::kObjectNotInPrerequisiteState,
                      "database \"" + database + "\" is not captured by pgrelay",
                      "Start pgrelay with --capture-database " + quoted +
-                         " (or capture_database in its config file), or with "
+                         " (or capture-database in its config file), or with "
                          "--capture-database '*' to capture every database.",
                      "pgrelay captures " + captured + "; a slot here would stream nothing.");
 }

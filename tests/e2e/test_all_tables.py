@@ -144,6 +144,23 @@ class Scenario:
         expect_eq(changes[1][0][4], [str(a), "uno"], "the updated row's new values")
 
 
+class OtherDatabase(Scenario):
+    """Another database of a scenario's upstream, reached only through the scenario's pgrelay."""
+
+    def __init__(self, parent, db):
+        super().__init__(parent.name + "_" + db, None, None)
+        self.parent = parent
+        self.db = db
+        self.slot = "all_" + db
+
+    def url(self):
+        return self.parent.url().rsplit("/", 1)[0] + "/" + self.db
+
+    def setup_tables(self):
+        self.direct_url = self.url()
+        super().setup_tables()
+
+
 def run_scenario(env, scenario, before_install):
     """FOR ALL TABLES before the first start (where there is an upstream before pgrelay) and
     after it, then again between two restarts."""
@@ -197,36 +214,36 @@ def run_scenario(env, scenario, before_install):
         expect_eq(r.returncode, 0, "pg_restore through pgrelay exit code (%s)" % r.stderr[-800:])
         expect_eq(query(restore_url, "SELECT id, v FROM items ORDER BY id"),
                   query(scenario.url(), "SELECT id, v FROM items ORDER BY id"), "the restored table's rows")
-        expect_eq(query(restore_url, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%%pgrelay%%'"),
-                  [(0,)], "schemas named after pgrelay in the restored database")
+        # pgrelay captures the new database too, from pg_restore's session on, in its own
+        # _pgrelay; nothing of the dumped database's pgrelay came along (no pg_pgrelay_<oid>
+        # schema, no capture publication, no trigger of pgrelay's on the restored table).
+        expect_eq(query(restore_url, "SELECT nspname FROM pg_namespace WHERE nspname LIKE '%%pgrelay%%' "
+                                     "AND nspname <> '_pgrelay'"),
+                  [], "schemas named after pgrelay in the restored database, but its own")
+        expect_eq(query(restore_url, "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+                                     "JOIN pg_namespace n ON n.oid = p.pronamespace "
+                                     "WHERE t.tgrelid = 'public.items'::regclass AND NOT t.tgisinternal "
+                                     "AND n.nspname <> '_pgrelay'"),
+                  [(0,)], "triggers on the restored table but the restored database's own capture's")
 
-    def other_database_refused():
-        # Only the upstream's database is captured: a slot elsewhere would stream nothing, so
-        # creating one is refused, naming the database and the way to capture it.
-        other = "other_" + scenario.name
-        query(scenario.url(), "CREATE DATABASE %s" % other)
-        other_url = scenario.url().rsplit("/", 1)[0] + "/" + other
-        conn = psycopg2.connect(other_url, connection_factory=LogicalReplicationConnection)
-        try:
-            try:
-                conn.cursor().create_replication_slot("elsewhere", output_plugin="pgoutput")
-                expect(False, "CREATE_REPLICATION_SLOT in database %s is refused" % other)
-            except psycopg2.Error as e:
-                expect_eq(e.pgcode, "55000", "SQLSTATE of the refusal")
-                expect('database "%s" is not captured by pgrelay' % other in e.pgerror,
-                       "the refusal names the database", got=e.pgerror)
-                expect("pgrelay serve --upstream" in (e.diag.message_hint or ""),
-                       "the hint says how to capture it", got=e.diag.message_hint)
-        finally:
-            conn.close()
-        expect_eq(query(scenario.url(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
-                                        "'elsewhere'"), [(0,)], "no slot was made")
+    def other_database():
+        # Every database is captured (--capture-database '*', the default), from its first
+        # session through pgrelay: FOR ALL TABLES there holds pgrelay's tables of that database.
+        other = OtherDatabase(scenario, "other_" + scenario.name)
+        query(scenario.url(), "CREATE DATABASE %s" % other.db)
+        other.setup_tables()
+        query(other.url(), "CREATE PUBLICATION all_other FOR ALL TABLES")
+        expect_eq(query(other.url(), NO_IDENTITY_SQL), [],
+                  "tables in _pgrelay of the other database without a usable replica identity")
+        other.write_and_stream("all_other", via_relay=True)
+        expect_no_refusals(scenario.relay, "another database")
 
     env.check(prefix + "FOR ALL TABLES %s install" % ("before and after" if before_install else "after"),
               first)
     env.check(prefix + "FOR ALL TABLES created between two restarts", between_restarts)
     env.check(prefix + "pg_dump and pg_restore through pgrelay leave pgrelay out", dump_and_restore)
-    env.check(prefix + "a slot in a database pgrelay does not capture is refused", other_database_refused)
+    env.check(prefix + "FOR ALL TABLES in another database of the upstream, captured as well",
+              other_database)
 
 
 def body(env):
