@@ -131,7 +131,8 @@ std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& da
   if (!parsed.is_object() || !parsed["databases"].is_array()) return out;
   for (const auto& entry : parsed["databases"]) {
     if (!entry.is_object() || !entry["name"].is_string() || !entry["dir"].is_string()) continue;
-    out.push_back({entry["name"].get<std::string>(), entry["dir"].get<std::string>()});
+    out.push_back({entry["name"].get<std::string>(), entry["dir"].get<std::string>(),
+                   entry.value("in_scope", true)});
   }
   return out;
 }
@@ -153,20 +154,39 @@ void DatabaseCaptures::stop_workers() {
   workers.clear();
 }
 
-Status DatabaseCaptures::remember(const std::string& database, const std::string& dir) {
-  auto known = read_captured_databases(options_.data_dir);
-  for (const auto& entry : known) {
-    if (entry.name == database) return Status::ok_status();
-  }
-  known.push_back({database, dir});
+Status DatabaseCaptures::write_index(const std::vector<CapturedDatabaseEntry>& entries) {
   nlohmann::json index = {{"databases", nlohmann::json::array()}};
-  for (const auto& entry : known) {
-    index["databases"].push_back({{"name", entry.name}, {"dir", entry.dir}});
+  for (const auto& entry : entries) {
+    index["databases"].push_back(
+        {{"name", entry.name}, {"dir", entry.dir}, {"in_scope", entry.in_scope}});
   }
   const std::string text = index.dump(2) + "\n";
   return log::write_file_atomically(
       options_.data_dir, kIndexFile,
       ByteView(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+Status DatabaseCaptures::remember(const std::string& database, const std::string& dir) {
+  std::lock_guard lock(index_mu_);
+  auto known = read_captured_databases(options_.data_dir);
+  for (const auto& entry : known) {
+    if (entry.name == database && entry.in_scope) return Status::ok_status();
+  }
+  std::erase_if(known, [&](const auto& entry) { return entry.name == database; });
+  known.push_back({database, dir, true});
+  return write_index(known);
+}
+
+Status DatabaseCaptures::note_scope(const server::CaptureScope& scope) {
+  std::lock_guard lock(index_mu_);
+  auto known = read_captured_databases(options_.data_dir);
+  bool changed = false;
+  for (auto& entry : known) {
+    const bool admitted = scope.admits(entry.name);
+    changed = changed || admitted != entry.in_scope;
+    entry.in_scope = admitted;
+  }
+  return changed ? write_index(known) : Status::ok_status();
 }
 
 Result<server::CapturedParts> DatabaseCaptures::start(const std::string& database) {

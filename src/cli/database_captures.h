@@ -36,6 +36,8 @@ std::string capture_dir(const std::string& data_dir, const std::string& first_da
 struct CapturedDatabaseEntry {
   std::string name;
   std::string dir;  // relative to DATA_DIR; "" is DATA_DIR itself
+  // Whether the last start's --capture-database admits it; false: left out, its log kept.
+  bool in_scope = true;
 };
 std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& data_dir);
 
@@ -71,6 +73,8 @@ class DatabaseCaptures {
   void flush_all();
   // Databases captured by an earlier run, to start again now.
   std::vector<std::string> captured_before() const;
+  // Records which of them this run's scope admits (for `pgrelay status`).
+  Status note_scope(const server::CaptureScope& scope);
   // Every running capture's figures (io thread).
   std::vector<DatabaseFigures> figures() const;
   // Stops the catalog workers (before the hubs they read go).
@@ -84,6 +88,7 @@ class DatabaseCaptures {
   };
   Result<server::CapturedParts> start_capture_of(const std::string& database);
   Status remember(const std::string& database, const std::string& dir);
+  Status write_index(const std::vector<CapturedDatabaseEntry>& entries);
 
   const ServeOptions& options_;
   upstream::UpstreamConfig upstream_;
@@ -91,6 +96,7 @@ class DatabaseCaptures {
   Logger& logger_;
   server::ReplicationHubs* hubs_ = nullptr;
   mutable std::mutex mu_;
+  std::mutex index_mu_;  // DATA_DIR/databases.json
   std::map<std::string, std::weak_ptr<Running>> running_;
   std::map<std::string, std::unique_ptr<CatalogWorker>> workers_;
 };

@@ -303,6 +303,7 @@ int run_serve(const ServeOptions& options) {
   }
   // So is every other database an earlier run captured (its slots must keep streaming). One
   // that cannot be captured now is said and left out: its slots get its capture error.
+  if (auto noted = captures.note_scope(hubs.scope()); !noted.ok()) report(noted.error());
   for (const auto& database : captures.captured_before()) {
     if (database == upstream->dbname || !hubs.scope().admits(database)) continue;
     if (auto other = hubs.open(database); !other.ok()) {

@@ -230,10 +230,16 @@ int run_status(const StatusOptions& options) {
 
   // Every database captured so far (each with a log of its own); the figures above are the
   // upstream URL's database's.
-  std::vector<std::string> captured;
-  for (const auto& entry : read_captured_databases(dir)) captured.push_back(entry.name);
-  std::string captured_text;
-  for (const auto& name : captured) captured_text += (captured_text.empty() ? "" : ", ") + name;
+  // Those the last start's --capture-database left out keep their logs; they are said apart.
+  std::vector<std::string> captured, left_out;
+  for (const auto& entry : read_captured_databases(dir)) {
+    (entry.in_scope ? captured : left_out).push_back(entry.name);
+  }
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+    return text;
+  };
 
   const std::string shown_url = admin::mask_password(url);
   const char* method =
@@ -244,6 +250,7 @@ int run_status(const StatusOptions& options) {
     j["data_dir"] = dir;
     j["exists"] = true;
     j["captured_databases"] = captured;
+    j["left_out_databases"] = left_out;
     j["server"] = {{"running", server->running},
                    {"pid", server->running ? nlohmann::json(server->pid) : nullptr},
                    {"url", url.empty() ? nlohmann::json(nullptr) : nlohmann::json(shown_url)},
@@ -302,7 +309,11 @@ int run_status(const StatusOptions& options) {
     std::printf("server:        not running (no pgrelay serve holds %s/%s)\n", dir.c_str(),
                 admin::kPidFileName);
   }
-  std::printf("captured databases: %s\n", captured.empty() ? "none yet" : captured_text.c_str());
+  std::printf("captured databases: %s\n", captured.empty() ? "none yet" : joined(captured).c_str());
+  if (!left_out.empty()) {
+    std::printf("left out:      %s (captured before, not by --capture-database now; logs kept)\n",
+                joined(left_out).c_str());
+  }
   if (changelog && !stats.newest_lsn.is_valid()) {
     std::printf("log head:      %s (no transaction captured yet)\n",
                 changelog->last_end_lsn().to_string().c_str());
