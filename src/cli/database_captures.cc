@@ -131,8 +131,9 @@ std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& da
   if (!parsed.is_object() || !parsed["databases"].is_array()) return out;
   for (const auto& entry : parsed["databases"]) {
     if (!entry.is_object() || !entry["name"].is_string() || !entry["dir"].is_string()) continue;
-    out.push_back({entry["name"].get<std::string>(), entry["dir"].get<std::string>(),
-                   entry.value("in_scope", true)});
+    const bool in_scope = !entry.contains("in_scope") || !entry["in_scope"].is_boolean() ||
+                          entry["in_scope"].get<bool>();
+    out.push_back({entry["name"].get<std::string>(), entry["dir"].get<std::string>(), in_scope});
   }
   return out;
 }
