@@ -28,12 +28,17 @@ CatalogWorker::CatalogWorker(std::unique_ptr<upstream::VirtualCatalog> catalog,
 }
 
 CatalogWorker::~CatalogWorker() {
+  stop();
+}
+
+void CatalogWorker::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   written_cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  catalog_.reset();
 }
 
 void CatalogWorker::refresh() {

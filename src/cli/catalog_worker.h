@@ -38,6 +38,9 @@ class CatalogWorker {
   void flush();
   // Whether pgrelay captures this database (nullopt) or why not; any thread.
   void set_capture_refusal(std::optional<Error> refusal);
+  // Ends the worker's thread and closes its connection (the database is about to be dropped).
+  // The object stays usable by what the io thread still has queued for it; it writes nothing.
+  void stop();
 
  private:
   struct Snapshot {

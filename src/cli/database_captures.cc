@@ -148,9 +148,11 @@ DatabaseCaptures::~DatabaseCaptures() {
 
 void DatabaseCaptures::stop_workers() {
   std::map<std::string, std::unique_ptr<CatalogWorker>> workers;
+  std::vector<std::unique_ptr<CatalogWorker>> retired;
   {
     std::lock_guard lock(mu_);
     workers.swap(workers_);
+    retired.swap(retired_);
   }
   workers.clear();
 }
@@ -224,6 +226,7 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   {
     std::lock_guard lock(mu_);
     running_[database] = running;
+    log_ids_[database] = running->log->system_id();
   }
   logger_.info("capturing database", {{"database", database}, {"dir", dir}});
   server::CapturedParts parts;
@@ -272,6 +275,56 @@ void DatabaseCaptures::prepare(const std::string& database, const std::optional<
   worker->set_capture_refusal(refusal);
   worker->refresh();
   worker->flush();
+}
+
+void DatabaseCaptures::forget(const std::string& database) {
+  std::unique_ptr<CatalogWorker> worker;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = workers_.find(database); it != workers_.end()) {
+      worker = std::move(it->second);
+      workers_.erase(it);
+    }
+  }
+  if (worker) worker->stop();
+  std::optional<std::uint64_t> log_id;
+  {
+    std::lock_guard lock(mu_);
+    if (worker) retired_.push_back(std::move(worker));
+    if (auto it = log_ids_.find(database); it != log_ids_.end()) log_id = it->second;
+    log_ids_.erase(database);
+  }
+  if (log_id && database != upstream_.dbname) {
+    // Native capture's slot there, if it has one (an inactive one: the capture has stopped).
+    auto session = capture::PgSession::connect(upstream_.conninfo());
+    Status dropped = session.ok() ? Status::ok_status() : Status(session.error());
+    if (session.ok()) {
+      auto result = (*session)->exec(
+          "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
+          "pg_catalog.pg_replication_slots "
+          "WHERE slot_name = $1 AND database = $2 AND NOT active",
+          {native_slot_name(*log_id), database});
+      if (!result.ok()) dropped = result.error();
+    }
+    if (!dropped.ok()) {
+      logger_.warning("could not drop native capture's slot in a database being dropped",
+                      {{"database", database},
+                       {"slot", native_slot_name(*log_id)},
+                       {"error", dropped.error().message}});
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(capture_dir(options_.data_dir, upstream_.dbname, database), ec);
+  }
+  {
+    std::lock_guard lock(index_mu_);
+    auto known = read_captured_databases(options_.data_dir);
+    const auto before = known.size();
+    std::erase_if(known, [&](const auto& entry) { return entry.name == database; });
+    if (known.size() != before) {
+      if (auto saved = write_index(known); !saved.ok()) log_error(logger_, saved.error());
+    }
+  }
+  logger_.info("no longer capturing database: it is being dropped", {{"database", database}});
 }
 
 void DatabaseCaptures::refresh_all() {

@@ -67,6 +67,13 @@ class DatabaseCaptures {
   // worker, and writes whether pgrelay captures the database (blocking; waits until written).
   void prepare(const std::string& database, const std::optional<Error>& refusal);
 
+  // server::DatabaseForgetter: before DROP DATABASE (no slot of pgrelay's is there, and its
+  // capture has stopped), closes the catalog worker's connection there, drops native capture's
+  // upstream slot in it (which would otherwise keep the drop from happening, or outlive a
+  // failed one holding WAL), removes its directory, whose log no slot needs, and takes it off
+  // DATA_DIR/databases.json. A later session there captures it afresh.
+  void forget(const std::string& database);
+
   // Slots or walsenders changed (io thread): every database's mirror follows.
   void refresh_all();
   // Blocks until every mirror has what refresh_all() asked before the call.
@@ -98,7 +105,10 @@ class DatabaseCaptures {
   mutable std::mutex mu_;
   std::mutex index_mu_;  // DATA_DIR/databases.json
   std::map<std::string, std::weak_ptr<Running>> running_;
+  std::map<std::string, std::uint64_t> log_ids_;  // each started database's log system id
   std::map<std::string, std::unique_ptr<CatalogWorker>> workers_;
+  // Stopped workers of forgotten databases: the io thread may still hold work for them.
+  std::vector<std::unique_ptr<CatalogWorker>> retired_;
 };
 
 }  // namespace pgrelay::cli

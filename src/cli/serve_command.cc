@@ -290,7 +290,8 @@ int run_serve(const ServeOptions& options) {
       [&captures](const std::string& database) { return captures.start(database); },
       [&captures](const std::string& database, const std::optional<Error>& refusal) {
         captures.prepare(database, refusal);
-      });
+      },
+      [&captures](const std::string& database) { captures.forget(database); });
   WorkersStopFirst workers_stop_first(captures);
   captures.attach(hubs);
   hubs.walsenders().on_change([&captures] { captures.refresh_all(); });

@@ -11,8 +11,10 @@
 #include <asio/steady_timer.hpp>
 #include <cstring>
 
+#include "server/blocking.h"
 #include "server/command_result.h"
 #include "server/session_start.h"
+#include "server/sql_rewrite.h"
 #include "upstream/upstream_login.h"
 #include "wire/backend_stream_filter.h"
 #include "wire/frontend_messages.h"
@@ -149,6 +151,25 @@ void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite,
   wire::append_frame(out, tag, body);
 }
 
+// The databases a Query or Parse drops (see dropped_databases).
+std::vector<std::string> dropped_databases_in(char tag, ByteView body) {
+  if (tag == 'Q') {
+    if (auto query = wire::parse_query(body); query.ok()) return dropped_databases(query->sql);
+  } else if (tag == 'P') {
+    if (auto parse = wire::parse_parse(body); parse.ok()) return dropped_databases(parse->sql);
+  }
+  return {};
+}
+
+// Before DROP DATABASE goes upstream, pgrelay stops capturing that database: its own
+// connections there would make the upstream refuse the drop as in use.
+upstream::awaitable<void> release_dropped_databases(char tag, ByteView body,
+                                                    ReplicationHubs& hubs) {
+  for (const auto& database : dropped_databases_in(tag, body)) {
+    co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database); });
+  }
+}
+
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
                                                    const ServerContext& context,
@@ -179,6 +200,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
+    if (context.hubs) co_await release_dropped_databases(frame->tag, frame->body, *context.hubs);
     append_client_frame(frame->tag, frame->body, rewrite, source, batch);
     state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
@@ -186,6 +208,13 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
     while (!terminate && batch.size() < kBatchBytes) {
       auto more = client.reader().next_view();
       if (!more.ok() || !more->has_value()) break;
+      if (context.hubs && !dropped_databases_in((*more)->tag, (*more)->body).empty()) {
+        // Sent after what came before it, once pgrelay has let go of the database.
+        if (relayed) relayed->inc(batch.size());
+        if (!(co_await to.write_all(batch)).ok()) co_return;
+        batch.clear();
+        co_await release_dropped_databases((*more)->tag, (*more)->body, *context.hubs);
+      }
       append_client_frame((*more)->tag, (*more)->body, rewrite, source, batch);
       state.count_client_frame((*more)->tag);
       terminate = (*more)->tag == 'X';

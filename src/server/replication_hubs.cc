@@ -44,14 +44,16 @@ Error CaptureScope::refusal(const std::string& database) const {
 
 ReplicationHubs::ReplicationHubs(asio::any_io_executor executor, asio::thread_pool& blocking,
                                  log::SlotRegistry& slots, upstream::UpstreamConfig upstream,
-                                 CaptureScope scope, CaptureStarter start, DatabasePreparer prepare)
+                                 CaptureScope scope, CaptureStarter start, DatabasePreparer prepare,
+                                 DatabaseForgetter forget)
     : executor_(std::move(executor)),
       blocking_(blocking),
       slots_(slots),
       upstream_(std::move(upstream)),
       scope_(std::move(scope)),
       start_(std::move(start)),
-      prepare_(std::move(prepare)) {}
+      prepare_(std::move(prepare)),
+      forget_(std::move(forget)) {}
 
 ReplicationHubs::~ReplicationHubs() {
   std::lock_guard lock(mu_);
@@ -104,6 +106,42 @@ void ReplicationHubs::prepare(const std::string& database) {
   if (prepare_) prepare_(database, refusal);
   std::lock_guard lock(mu_);
   prepared_.insert(database);
+}
+
+bool ReplicationHubs::release(const std::string& database) {
+  if (database == upstream_.dbname) return false;
+  for (const auto& slot : slots_.list()) {
+    if (slot.database == database) return false;
+  }
+  std::lock_guard starting(start_mu_);
+  std::optional<Captured> released;
+  bool was_prepared = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = users_.find(database); it != users_.end() && it->second > 0) return false;
+    was_prepared = prepared_.erase(database) > 0;
+    if (auto it = captured_.find(database); it != captured_.end()) {
+      released = std::move(it->second);
+      captured_.erase(it);
+    }
+  }
+  if (!released && !was_prepared) return false;
+  // No walsender or replication session holds the hub (no slot, no user): it goes, then the
+  // capture and log it used.
+  if (released) released->hub.reset();
+  released.reset();
+  if (forget_) forget_(database);
+  return true;
+}
+
+void ReplicationHubs::enter(const std::string& database) {
+  std::lock_guard lock(mu_);
+  ++users_[database];
+}
+
+void ReplicationHubs::leave(const std::string& database) {
+  std::lock_guard lock(mu_);
+  if (auto it = users_.find(database); it != users_.end() && --it->second <= 0) users_.erase(it);
 }
 
 bool ReplicationHubs::prepared(const std::string& database) const {

@@ -51,11 +51,15 @@ using CaptureStarter = std::function<Result<CapturedParts>(const std::string& da
 using DatabasePreparer =
     std::function<void(const std::string& database, const std::optional<Error>& refusal)>;
 
+// Blocking: pgrelay lets go of a database (its catalog there): it is about to be dropped.
+using DatabaseForgetter = std::function<void(const std::string& database)>;
+
 class ReplicationHubs {
  public:
   ReplicationHubs(asio::any_io_executor executor, asio::thread_pool& blocking,
                   log::SlotRegistry& slots, upstream::UpstreamConfig upstream, CaptureScope scope,
-                  CaptureStarter start, DatabasePreparer prepare = {});
+                  CaptureStarter start, DatabasePreparer prepare = {},
+                  DatabaseForgetter forget = {});
   // Hubs go first, then what they use (captures, logs).
   ~ReplicationHubs();
   ReplicationHubs(const ReplicationHubs&) = delete;
@@ -71,6 +75,16 @@ class ReplicationHubs {
   void prepare(const std::string& database);
   // Whether prepare() has nothing left to do for `database` (any thread).
   bool prepared(const std::string& database) const;
+  // Blocking: before DROP DATABASE, stops capturing `database` and forgets it (its
+  // connections would keep the drop from happening), unless a slot of pgrelay's is in it or a
+  // replication session uses it: then it stays, and the upstream refuses the drop as in use, as
+  // Postgres refuses to drop a database with slots. The URL's database always stays. A later
+  // session there (the drop failed, or a new database of that name) starts capture afresh.
+  // True when it was let go.
+  bool release(const std::string& database);
+  // Replication sessions say which database they use while they run (any thread).
+  void enter(const std::string& database);
+  void leave(const std::string& database);
   // The hub of a database being captured, or null (any thread).
   ReplicationHub* find(const std::string& database) const;
   // The databases being captured, in name order (any thread).
@@ -95,11 +109,13 @@ class ReplicationHubs {
   CaptureScope scope_;
   CaptureStarter start_;
   DatabasePreparer prepare_;
+  DatabaseForgetter forget_;
   WalsenderRegistry walsenders_;
   std::mutex start_mu_;    // one start or preparation at a time (held while it blocks)
   mutable std::mutex mu_;  // the maps below
   std::map<std::string, Captured> captured_;
   std::set<std::string> prepared_;
+  std::map<std::string, int> users_;  // replication sessions per database
 };
 
 }  // namespace pgrelay::server

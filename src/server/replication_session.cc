@@ -38,7 +38,11 @@ class ReplicationSession {
                      const User& user, ServerContext& context)
       : client_(client), startup_(startup), user_(user), context_(context), hubs_(*context.hubs) {
     pid_ = hubs_.walsenders().allocate_pid();
+    hubs_.enter(std::string(startup_.database()));  // its hub stays while the session runs
   }
+  ~ReplicationSession() { hubs_.leave(std::string(startup_.database())); }
+  ReplicationSession(const ReplicationSession&) = delete;
+  ReplicationSession& operator=(const ReplicationSession&) = delete;
 
   upstream::awaitable<void> run();
 

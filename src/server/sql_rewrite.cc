@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -704,6 +705,35 @@ Result<std::optional<std::string>> SqlRewriter::rewrite(std::string_view sql,
   if (!may_need_rewrite(sql, source)) return std::optional<std::string>();
   TextRewriter rewriter(quoted_schema_, source, 0);
   return rewriter.run(sql);
+}
+
+std::vector<std::string> dropped_databases(std::string_view sql) {
+  std::vector<std::string> out;
+  static constexpr std::string_view kWord = "database";
+  auto lower = [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  };
+  auto said = std::search(sql.begin(), sql.end(), kWord.begin(), kWord.end(),
+                          [&](char a, char b) { return lower(a) == b; });
+  if (said == sql.end()) return out;
+  const std::string text(sql);
+  PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
+  std::unique_ptr<PgQueryProtobufParseResult, void (*)(PgQueryProtobufParseResult*)> guard(
+      &parsed, [](PgQueryProtobufParseResult* p) { pg_query_free_protobuf_parse_result(*p); });
+  if (parsed.error != nullptr) return out;
+  PgQuery__ParseResult* tree =
+      pg_query__parse_result__unpack(nullptr, parsed.parse_tree.len,
+                                     reinterpret_cast<const std::uint8_t*>(parsed.parse_tree.data));
+  if (tree == nullptr) return out;
+  for (std::size_t i = 0; i < tree->n_stmts; ++i) {
+    const PgQuery__RawStmt* raw = tree->stmts[i];
+    if (raw == nullptr || raw->stmt == nullptr) continue;
+    if (raw->stmt->node_case != PG_QUERY__NODE__NODE_DROPDB_STMT) continue;
+    const PgQuery__DropdbStmt* drop = raw->stmt->dropdb_stmt;
+    if (drop != nullptr && drop->dbname != nullptr) out.emplace_back(drop->dbname);
+  }
+  pg_query__parse_result__free_unpacked(tree, nullptr);
+  return out;
 }
 
 }  // namespace pgrelay::server

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 
@@ -62,5 +63,10 @@ class SqlRewriter {
   RewriteOptions options_;
   std::string quoted_schema_;
 };
+
+// The databases `sql` drops (DROP DATABASE name ...), in statement order: pgrelay lets go of
+// them first, or its own connections there would keep the drop from happening. Cheap for
+// statements that do not say DATABASE (no parse); empty when the text does not parse.
+std::vector<std::string> dropped_databases(std::string_view sql);
 
 }  // namespace pgrelay::server

@@ -30,6 +30,9 @@ default (`pgrelay --database app1,app2`) with --capture trigger and --capture na
 - START_REPLICATION of app1's slot from app2 and from the URL's database is refused (55000).
 - databases created while pgrelay runs (app3 by CREATE DATABASE through pgrelay, app4 straight on
   PostgreSQL) get a table, a publication and a slot through pgrelay, and their slots stream.
+- DROP DATABASE through pgrelay of a database it captures (app5) is refused as in use (55006)
+  while pgrelay has a slot there, as Postgres refuses it; without the slot it drops, status no
+  longer lists it, and a database made again under that name is captured afresh and streams.
 - kill -9 of pgrelay while app1 and app2 are written to and streamed (each commit confirmed with
   its end LSN): after a restart on the same data directory, each slot streams every transaction
   its database committed (read back from the table itself) after the position its consumer had
@@ -608,6 +611,39 @@ def run_scenario(env, sc, mode):
                             "after app3 and app4 were captured")
         state["created"] = True
 
+    def drop_and_recreate():
+        # DROP DATABASE through pgrelay of a database it captures: pgrelay lets go of it first
+        # (its own connections would keep it in use), unless one of its slots is there, where
+        # the drop is refused as in use, as Postgres refuses to drop a database with slots. A
+        # database made again under that name is captured afresh by its first session.
+        expect(sc.relay is not None, "a running pgrelay")
+        captured = [main_db, "app1", "app2", "app3", "app4"]
+        query(sc.url(), "CREATE DATABASE app5")
+        sc.create_table("app5")
+        sc.create_slot("app5", "s_app5")
+        refused = error_of(lambda: query(sc.url(), "DROP DATABASE app5"))
+        expect(refused is not None and refused.pgcode == "55006",
+               "DROP DATABASE app5 with pgrelay's slot s_app5 in it is refused as in use (55006)",
+               got=refused and (refused.pgcode, refused.pgerror))
+        for round_ in (1, 2):
+            conn = replication_connection(sc.url("app5"))
+            try:
+                conn.cursor().drop_replication_slot("s_app5")
+            finally:
+                conn.close()
+            del sc.slots["s_app5"]
+            query(sc.url(), "DROP DATABASE app5")
+            expect_eq(query(sc.direct("postgres"), "SELECT count(*) FROM pg_database WHERE datname = 'app5'"),
+                      [(0,)], "app5 dropped through pgrelay (round %d)" % round_)
+            expect_status_lists(env, sc.data_dir, captured, "after app5 was dropped (round %d)" % round_)
+            if round_ == 2:
+                break
+            query(sc.url(), "CREATE DATABASE app5")
+            sc.create_table("app5")
+            sc.create_slot("app5", "s_app5")
+            sc.stream_one("app5", "s_app5", lambda: write_some(sc.relay_connect("app5"), "app5", 0, 3))
+            sc.wait_inactive("s_app5")
+
     def kill9():
         dbs = ["app1", "app2"]
         slots = {db: "k_" + db for db in dbs}
@@ -750,6 +786,8 @@ def run_scenario(env, sc, mode):
               three_databases_concurrently)
     env.check(prefix + "START_REPLICATION of another database's slot is refused (55000)", other_database_slot_refused)
     env.check(prefix + "databases created while pgrelay runs are captured without a restart", created_while_running)
+    env.check(prefix + "DROP DATABASE through pgrelay: let go of first, refused with a slot there, recreated "
+              "and captured afresh", drop_and_recreate)
     env.check(prefix + "kill -9 while two databases are written: each slot resumes with nothing lost", kill9)
     env.check(prefix + "status after the restart lists every captured database", status_after_restart)
     env.check(prefix + "a database captured before, then left out: its slots are refused, still listed",

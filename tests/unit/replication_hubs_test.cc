@@ -152,6 +152,39 @@ TEST_F(ReplicationHubsTest, AFailedStartIsToldThenRetriedByOpen) {
   EXPECT_EQ(told_[1], (std::pair<std::string, std::string>{"locked", "captured"}));
 }
 
+TEST_F(ReplicationHubsTest, ReleaseBeforeDropUnlessASlotOrASessionHoldsIt) {
+  std::vector<std::string> forgotten;
+  ReplicationHubs hubs(io_.get_executor(), pool_, *slots_, upstream_,
+                       CaptureScope("postgres", {"*"}), starter(), preparer(),
+                       [&](const std::string& database) { forgotten.push_back(database); });
+  ASSERT_TRUE(hubs.open("postgres").ok());
+  hubs.prepare("app");
+  ASSERT_NE(hubs.find("app"), nullptr);
+  EXPECT_FALSE(hubs.release("postgres"));  // the URL's database always stays
+  EXPECT_FALSE(hubs.release("never_used"));
+
+  log::Slot slot;
+  slot.name = "s";
+  slot.plugin = "pgoutput";
+  slot.database = "app";
+  ASSERT_TRUE(slots_->create(slot).ok());
+  EXPECT_FALSE(hubs.release("app"));  // as Postgres: a database with slots is in use
+  ASSERT_TRUE(slots_->drop("s").ok());
+
+  hubs.enter("app");  // a replication session there
+  EXPECT_FALSE(hubs.release("app"));
+  hubs.leave("app");
+
+  EXPECT_TRUE(hubs.release("app"));
+  EXPECT_EQ(hubs.find("app"), nullptr);
+  EXPECT_FALSE(hubs.prepared("app"));
+  EXPECT_EQ(forgotten, std::vector<std::string>{"app"});
+  // A database of that name made again is captured afresh by its first session.
+  hubs.prepare("app");
+  EXPECT_NE(hubs.find("app"), nullptr);
+  EXPECT_EQ(starts_["app"], 2);
+}
+
 TEST_F(ReplicationHubsTest, NoSuchDatabaseIsLeftToTheSessionsLogin) {
   ReplicationHubs hubs(io_.get_executor(), pool_, *slots_, upstream_,
                        CaptureScope("postgres", {"*"}), starter(), preparer());

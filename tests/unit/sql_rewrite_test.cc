@@ -377,5 +377,19 @@ TEST_F(SqlRewriteTest, ThreadsShareOneRewriter) {
   for (int g : good) EXPECT_EQ(g, 200);
 }
 
+// DROP DATABASE, found by the parser: pgrelay lets go of the database before it is sent.
+TEST(DroppedDatabasesTest, FindsEveryDropAndNothingElse) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(dropped_databases("DROP DATABASE app"), Names{"app"});
+  EXPECT_EQ(dropped_databases("drop database if exists \"My App\" with (force)"), Names{"My App"});
+  EXPECT_EQ(dropped_databases("/* x */ DROP DATABASE a; SELECT 1; DROP DATABASE \"b\"\"c\""),
+            (Names{"a", "b\"c"}));
+  EXPECT_EQ(dropped_databases("SELECT 'DROP DATABASE app'"), Names{});
+  EXPECT_EQ(dropped_databases("CREATE DATABASE app"), Names{});
+  EXPECT_EQ(dropped_databases("SELECT current_database()"), Names{});
+  EXPECT_EQ(dropped_databases("DROP DATABASE"), Names{});  // a syntax error: the upstream says
+  EXPECT_EQ(dropped_databases("SELECT 1"), Names{});
+}
+
 }  // namespace
 }  // namespace pgrelay::server
