@@ -104,6 +104,16 @@ BG_PIDS=()      # pgbench and consumer processes of the measurement running now
 FAILED=0
 T_START=$(date +%s)
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+# Prints the log lines at WARNING or worse kept per run in the associative array named $2.
+print_odd() {
+  local -n lines=$2
+  local k shown=0
+  for k in "${!lines[@]}"; do
+    [ -n "${lines[$k]}" ] || continue
+    [ "$shown" = 1 ] || { echo; echo "$1 log lines at WARNING or worse (first 5 per run):"; shown=1; }
+    echo "  $k:"; sed 's/^/    /' <<<"${lines[$k]}"
+  done
+}
 
 stop_relay() {
   [ -n "$RELAY_PID" ] || return 0
@@ -560,17 +570,7 @@ ELAPSED=$(( $(date +%s) - T_START ))
     vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_cpu_min_db)"); done; row "  per captured database" "${vals[@]}"
     for d in $IDLE_DBS; do echo "  D=$d connections' application_name/backend_type: $(v $c.d$d.idle_apps)"; done
   done
-  odd=0
-  for k in "${!ODD[@]}"; do
-    [ -n "${ODD[$k]}" ] || continue
-    [ "$odd" = 1 ] || { echo; echo "pgrelay log lines at WARNING or worse (first 5 per run):"; odd=1; }
-    echo "  $k:"; sed 's/^/    /' <<<"${ODD[$k]}"
-  done
-  odd=0
-  for k in "${!UPODD[@]}"; do
-    [ -n "${UPODD[$k]}" ] || continue
-    [ "$odd" = 1 ] || { echo; echo "upstream log lines at WARNING or worse (first 5 per run):"; odd=1; }
-    echo "  $k:"; sed 's/^/    /' <<<"${UPODD[$k]}"
-  done
+  print_odd "pgrelay" ODD
+  print_odd "upstream" UPODD
 } | tee "$WORK/summary.txt"
 [ -z "$OUT" ] || { mkdir -p "$OUT"; cp "$WORK/summary.txt" "$OUT/"; }
