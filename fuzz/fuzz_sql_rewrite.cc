@@ -1,12 +1,14 @@
 // Fuzzes the catalog SQL rewriter: no crash, deterministic, output parses, fixed point, for every
-// kind of session.
+// kind of session; and the DROP DATABASE finder beside it.
 //
 // The input is SQL text. A rewrite, when given, must differ from the input, parse with the real
 // parser into the same number of statements, and be left alone by a second rewrite (everything
 // it points at is already in pgrelay's schema). The prefilter must never reject a text that
-// rewrite() would change.
+// rewrite() would change. dropped_databases() must not crash, must be deterministic, and finds
+// nothing in a text that does not say DATABASE in any case.
 #include <pg_query.h>
 
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -60,5 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (SlotAccess access : {SlotAccess::kChecked, SlotAccess::kGranted, SlotAccess::kDenied}) {
     for (bool pg_dump : {false, true}) check_rewrite(rewriter, sql, {access, pg_dump});
   }
+  const auto dropped = pgrelay::server::dropped_databases(sql);
+  check(pgrelay::server::dropped_databases(sql) == dropped);
+  std::string lowered(sql);
+  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  check(dropped.empty() || lowered.find("database") != std::string::npos);
   return 0;
 }
