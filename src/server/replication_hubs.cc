@@ -118,7 +118,10 @@ bool ReplicationHubs::release(const std::string& database) {
   bool was_prepared = false;
   {
     std::lock_guard lock(mu_);
-    if (auto it = users_.find(database); it != users_.end() && it->second > 0) return false;
+    {
+      std::lock_guard users(users_->mu);
+      if (users_->count.count(database)) return false;
+    }
     was_prepared = prepared_.erase(database) > 0;
     if (auto it = captured_.find(database); it != captured_.end()) {
       released = std::move(it->second);
@@ -134,14 +137,17 @@ bool ReplicationHubs::release(const std::string& database) {
   return true;
 }
 
-void ReplicationHubs::enter(const std::string& database) {
-  std::lock_guard lock(mu_);
-  ++users_[database];
-}
-
-void ReplicationHubs::leave(const std::string& database) {
-  std::lock_guard lock(mu_);
-  if (auto it = users_.find(database); it != users_.end() && --it->second <= 0) users_.erase(it);
+std::shared_ptr<void> ReplicationHubs::use(const std::string& database) {
+  {
+    std::lock_guard lock(users_->mu);
+    ++users_->count[database];
+  }
+  return std::shared_ptr<void>(nullptr, [users = users_, database](void*) {
+    std::lock_guard lock(users->mu);
+    if (auto it = users->count.find(database); it != users->count.end() && --it->second <= 0) {
+      users->count.erase(it);
+    }
+  });
 }
 
 bool ReplicationHubs::prepared(const std::string& database) const {

@@ -82,9 +82,10 @@ class ReplicationHubs {
   // session there (the drop failed, or a new database of that name) starts capture afresh.
   // True when it was let go.
   bool release(const std::string& database);
-  // Replication sessions say which database they use while they run (any thread).
-  void enter(const std::string& database);
-  void leave(const std::string& database);
+  // A replication session holds this while it runs in `database`, which then stays (any
+  // thread). The token may outlive the hubs: a session frame destroyed with the io_context
+  // after them still lets go of it safely.
+  std::shared_ptr<void> use(const std::string& database);
   // The hub of a database being captured, or null (any thread).
   ReplicationHub* find(const std::string& database) const;
   // The databases being captured, in name order (any thread).
@@ -115,7 +116,12 @@ class ReplicationHubs {
   mutable std::mutex mu_;  // the maps below
   std::map<std::string, Captured> captured_;
   std::set<std::string> prepared_;
-  std::map<std::string, int> users_;  // replication sessions per database
+  // Replication sessions per database, shared with their use() tokens.
+  struct Users {
+    std::mutex mu;
+    std::map<std::string, int> count;
+  };
+  std::shared_ptr<Users> users_ = std::make_shared<Users>();
 };
 
 }  // namespace pgrelay::server

@@ -38,11 +38,7 @@ class ReplicationSession {
                      const User& user, ServerContext& context)
       : client_(client), startup_(startup), user_(user), context_(context), hubs_(*context.hubs) {
     pid_ = hubs_.walsenders().allocate_pid();
-    hubs_.enter(std::string(startup_.database()));  // its hub stays while the session runs
   }
-  ~ReplicationSession() { hubs_.leave(std::string(startup_.database())); }
-  ReplicationSession(const ReplicationSession&) = delete;
-  ReplicationSession& operator=(const ReplicationSession&) = delete;
 
   upstream::awaitable<void> run();
 
@@ -78,6 +74,8 @@ class ReplicationSession {
   const User& user_;
   ServerContext& context_;
   ReplicationHubs& hubs_;
+  // Its database's hub stays while the session runs (no DROP DATABASE lets go of it).
+  std::shared_ptr<void> database_use_ = hubs_.use(std::string(startup_.database()));
   int pid_ = 0;
   std::optional<upstream::UpstreamLink> sql_;  // the upstream backend for SQL
   std::shared_ptr<void> exported_snapshot_;    // held until the next command

@@ -171,9 +171,9 @@ TEST_F(ReplicationHubsTest, ReleaseBeforeDropUnlessASlotOrASessionHoldsIt) {
   EXPECT_FALSE(hubs.release("app"));  // as Postgres: a database with slots is in use
   ASSERT_TRUE(slots_->drop("s").ok());
 
-  hubs.enter("app");  // a replication session there
+  auto session = hubs.use("app");  // a replication session there
   EXPECT_FALSE(hubs.release("app"));
-  hubs.leave("app");
+  session.reset();
 
   EXPECT_TRUE(hubs.release("app"));
   EXPECT_EQ(hubs.find("app"), nullptr);
@@ -183,6 +183,18 @@ TEST_F(ReplicationHubsTest, ReleaseBeforeDropUnlessASlotOrASessionHoldsIt) {
   hubs.prepare("app");
   EXPECT_NE(hubs.find("app"), nullptr);
   EXPECT_EQ(starts_["app"], 2);
+}
+
+// A session's frame may be destroyed after the hubs (with the io_context, at shutdown).
+TEST_F(ReplicationHubsTest, AUseMayOutliveTheHubs) {
+  std::shared_ptr<void> session;
+  {
+    ReplicationHubs hubs(io_.get_executor(), pool_, *slots_, upstream_,
+                         CaptureScope("postgres", {"*"}), starter(), preparer());
+    session = hubs.use("app");
+  }
+  session.reset();  // ASan: no use after free
+  SUCCEED();
 }
 
 TEST_F(ReplicationHubsTest, NoSuchDatabaseIsLeftToTheSessionsLogin) {
