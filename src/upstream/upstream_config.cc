@@ -117,7 +117,9 @@ std::string UpstreamConfig::conninfo(std::string_view database) const {
   std::string out = "host=" + quote_conninfo_value(host) + " port=" + std::to_string(port) +
                     " dbname=" + quote_conninfo_value(database) +
                     " user=" + quote_conninfo_value(user) +
-                    " sslmode=" + std::string(to_string(sslmode));
+                    " sslmode=" + std::string(to_string(sslmode)) +
+                    // pgrelay's own connections say so in the upstream's pg_stat_activity.
+                    " fallback_application_name=pgrelay";
   if (!password.empty()) out += " password=" + quote_conninfo_value(password);
   if (!sslrootcert.empty()) out += " sslrootcert=" + quote_conninfo_value(sslrootcert);
   return out;

@@ -762,6 +762,11 @@ def run_scenario(env, sc, mode):
         expect(state.get("killed"), "the kill -9 check restarted pgrelay")
         expect_status_lists(env, sc.data_dir, [main_db, "app1", "app2", "app3", "app4"],
                             "after the restart that followed kill -9")
+        # pgrelay's own upstream connections in a captured database name themselves.
+        named = query(sc.direct("postgres"), "SELECT count(*) FROM pg_stat_activity WHERE datname = 'app1' "
+                                             "AND application_name = 'pgrelay'")[0][0]
+        expect(named >= 2, "pgrelay's connections to app1 in the upstream's pg_stat_activity are named "
+               "'pgrelay' (capture and catalog at least)", got=named)
 
     def left_out_after_capture():
         expect(state.get("killed"), "the kill -9 check restarted pgrelay")
