@@ -161,11 +161,11 @@ std::vector<std::string> dropped_databases_in(char tag, ByteView body) {
   return {};
 }
 
-// Before DROP DATABASE goes upstream, pgrelay stops capturing that database: its own
+// Before DROP DATABASE goes upstream, pgrelay stops capturing those databases: its own
 // connections there would make the upstream refuse the drop as in use.
-upstream::awaitable<void> release_dropped_databases(char tag, ByteView body,
-                                                    ReplicationHubs& hubs) {
-  for (const auto& database : dropped_databases_in(tag, body)) {
+upstream::awaitable<void> release_databases(const std::vector<std::string>& databases,
+                                            ReplicationHubs& hubs) {
+  for (const auto& database : databases) {
     co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database); });
   }
 }
@@ -200,7 +200,9 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
-    if (context.hubs) co_await release_dropped_databases(frame->tag, frame->body, *context.hubs);
+    if (context.hubs) {
+      co_await release_databases(dropped_databases_in(frame->tag, frame->body), *context.hubs);
+    }
     append_client_frame(frame->tag, frame->body, rewrite, source, batch);
     state.count_client_frame(frame->tag);
     bool terminate = frame->tag == 'X';
@@ -208,12 +210,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
     while (!terminate && batch.size() < kBatchBytes) {
       auto more = client.reader().next_view();
       if (!more.ok() || !more->has_value()) break;
-      if (context.hubs && !dropped_databases_in((*more)->tag, (*more)->body).empty()) {
+      const auto dropped = context.hubs ? dropped_databases_in((*more)->tag, (*more)->body)
+                                        : std::vector<std::string>();
+      if (!dropped.empty()) {
         // Sent after what came before it, once pgrelay has let go of the database.
         if (relayed) relayed->inc(batch.size());
         if (!(co_await to.write_all(batch)).ok()) co_return;
         batch.clear();
-        co_await release_dropped_databases((*more)->tag, (*more)->body, *context.hubs);
+        co_await release_databases(dropped, *context.hubs);
       }
       append_client_frame((*more)->tag, (*more)->body, rewrite, source, batch);
       state.count_client_frame((*more)->tag);

@@ -303,6 +303,26 @@ const char* node_string(const PgQuery__Node* node) {
   return node->string->sval;
 }
 
+// The parse tree of `text`: null when it does not parse (the upstream reports the syntax error
+// itself), an error when the parser's output cannot be read.
+using ParseTree = std::unique_ptr<PgQuery__ParseResult, void (*)(PgQuery__ParseResult*)>;
+Result<ParseTree> parse_tree(const std::string& text) {
+  PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
+  std::unique_ptr<PgQueryProtobufParseResult, void (*)(PgQueryProtobufParseResult*)> guard(
+      &parsed, [](PgQueryProtobufParseResult* p) { pg_query_free_protobuf_parse_result(*p); });
+  auto free_tree = [](PgQuery__ParseResult* t) {
+    pg_query__parse_result__free_unpacked(t, nullptr);
+  };
+  if (parsed.error != nullptr) return ParseTree(nullptr, free_tree);
+  PgQuery__ParseResult* tree =
+      pg_query__parse_result__unpack(nullptr, parsed.parse_tree.len,
+                                     reinterpret_cast<const std::uint8_t*>(parsed.parse_tree.data));
+  if (tree == nullptr) {
+    return Error::make(sqlstate::kInternalError, "could not read the SQL parser's output");
+  }
+  return ParseTree(tree, free_tree);
+}
+
 class TextRewriter {
  public:
   TextRewriter(const std::string& quoted_schema, const StatementSource& source, int depth)
@@ -316,18 +336,10 @@ class TextRewriter {
     if (depth_ > kMaxBodyDepth || sql.find('\0') != std::string_view::npos)
       return std::optional<std::string>();
     text_.assign(sql);
-    PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text_.c_str());
-    std::unique_ptr<PgQueryProtobufParseResult, void (*)(PgQueryProtobufParseResult*)> parsed_guard(
-        &parsed, [](PgQueryProtobufParseResult* p) { pg_query_free_protobuf_parse_result(*p); });
-    if (parsed.error != nullptr) return std::optional<std::string>();
-    PgQuery__ParseResult* tree = pg_query__parse_result__unpack(
-        nullptr, parsed.parse_tree.len,
-        reinterpret_cast<const std::uint8_t*>(parsed.parse_tree.data));
-    if (tree == nullptr) {
-      return Error::make(sqlstate::kInternalError, "could not read the SQL parser's output");
-    }
-    std::unique_ptr<PgQuery__ParseResult, void (*)(PgQuery__ParseResult*)> tree_guard(
-        tree, [](PgQuery__ParseResult* t) { pg_query__parse_result__free_unpacked(t, nullptr); });
+    auto parsed = parse_tree(text_);
+    if (!parsed.ok()) return parsed.error();
+    if (!*parsed) return std::optional<std::string>();
+    const PgQuery__ParseResult* tree = parsed->get();
     tokens_ = Tokens::scan(text_);
     if (!tokens_) return std::optional<std::string>();
 
@@ -716,15 +728,9 @@ std::vector<std::string> dropped_databases(std::string_view sql) {
   auto said = std::search(sql.begin(), sql.end(), kWord.begin(), kWord.end(),
                           [&](char a, char b) { return lower(a) == b; });
   if (said == sql.end()) return out;
-  const std::string text(sql);
-  PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
-  std::unique_ptr<PgQueryProtobufParseResult, void (*)(PgQueryProtobufParseResult*)> guard(
-      &parsed, [](PgQueryProtobufParseResult* p) { pg_query_free_protobuf_parse_result(*p); });
-  if (parsed.error != nullptr) return out;
-  PgQuery__ParseResult* tree =
-      pg_query__parse_result__unpack(nullptr, parsed.parse_tree.len,
-                                     reinterpret_cast<const std::uint8_t*>(parsed.parse_tree.data));
-  if (tree == nullptr) return out;
+  auto parsed = parse_tree(std::string(sql));
+  if (!parsed.ok() || !*parsed) return out;
+  const PgQuery__ParseResult* tree = parsed->get();
   for (std::size_t i = 0; i < tree->n_stmts; ++i) {
     const PgQuery__RawStmt* raw = tree->stmts[i];
     if (raw == nullptr || raw->stmt == nullptr) continue;
@@ -732,7 +738,6 @@ std::vector<std::string> dropped_databases(std::string_view sql) {
     const PgQuery__DropdbStmt* drop = raw->stmt->dropdb_stmt;
     if (drop != nullptr && drop->dbname != nullptr) out.emplace_back(drop->dbname);
   }
-  pg_query__parse_result__free_unpacked(tree, nullptr);
   return out;
 }
 
