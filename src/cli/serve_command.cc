@@ -162,6 +162,14 @@ void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures
             static_cast<double>(hubs.walsenders().list().size()));
 }
 
+// The serve loop. After run() it can destroy the work it still holds (the coroutine frames of
+// sessions that were mid-wait when it stopped) while the hubs, logs and registries those frames
+// point into are still there; left to its own destructor, that would happen after them.
+class ServeLoop : public asio::io_context {
+ public:
+  void drop_pending_work() { shutdown(); }
+};
+
 // Stops the catalog workers before the hubs they read go, however run_serve returns.
 class WorkersStopFirst {
  public:
@@ -281,7 +289,7 @@ int run_serve(const ServeOptions& options) {
     return 1;
   }
 
-  asio::io_context io;
+  ServeLoop io;
   asio::thread_pool blocking(4);
   DatabaseCaptures captures(options, *upstream, io, logger);
   server::ReplicationHubs hubs(
@@ -500,6 +508,7 @@ int run_serve(const ServeOptions& options) {
 
   io.run();
   blocking.join();
+  io.drop_pending_work();
   (void)(*slots)->flush();
   logger.info("stopped");
   // The private PostgreSQL stops last, once nothing of pgrelay uses it (embedded's destructor,

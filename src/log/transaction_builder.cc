@@ -255,6 +255,13 @@ Result<BuiltEntry> TransactionBuilder::finish() {
   return entry;
 }
 
+Result<BuiltEntry> TransactionBuilder::finish(Lsn commit_lsn, Lsn end_lsn) {
+  if (!open_) return not_open("finish a transaction");
+  header_.commit_lsn = commit_lsn;
+  header_.end_lsn = end_lsn;
+  return finish();
+}
+
 Result<BuiltEntry> build_message_entry(const TransactionHeader& header, Lsn lsn,
                                        pgoutput::LogicalMessage message) {
   if (message.transactional) {

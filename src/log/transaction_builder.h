@@ -96,6 +96,9 @@ class TransactionBuilder {
   // error the transaction is lost: abort() it (begin() also starts over).
   Status add(Lsn lsn, ChangeMessage message);
   Result<BuiltEntry> finish();
+  // The same for a transaction whose size was not known at begin(): its commit and end LSNs
+  // replace the header's (changes are stored relative to its begin LSN, which stays).
+  Result<BuiltEntry> finish(Lsn commit_lsn, Lsn end_lsn);
   // Drops the open transaction and its spill file.
   void abort();
 

@@ -73,19 +73,82 @@ Result<QueryResult> PgSession::exec(const std::string& sql, const Params& params
   return finish(res);
 }
 
+Status PgSession::prepare_once(const std::string& name, const std::string& sql,
+                               std::size_t params) {
+  if (prepared_.contains(name)) return {};
+  auto prepared =
+      finish(PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(params), nullptr));
+  if (!prepared.ok()) return prepared.error();
+  prepared_.insert(name);
+  return {};
+}
+
 Result<QueryResult> PgSession::exec_prepared(const std::string& name, const std::string& sql,
                                              const Params& params, bool binary_result) {
-  if (!prepared_.contains(name)) {
-    auto prepared = finish(
-        PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr));
-    if (!prepared.ok()) return prepared.error();
-    prepared_.insert(name);
-  }
+  PGRELAY_TRY(prepare_once(name, sql, params.size()));
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
   return finish(PQexecPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
                                nullptr, nullptr, binary_result ? 1 : 0));
+}
+
+Result<std::unique_ptr<RowStream>> PgSession::stream_prepared(const std::string& name,
+                                                              const std::string& sql,
+                                                              const Params& params,
+                                                              bool binary_result) {
+  PGRELAY_TRY(prepare_once(name, sql, params.size()));
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  if (PQsendQueryPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
+                          nullptr, nullptr, binary_result ? 1 : 0) == 0) {
+    return connection_error("could not send query");
+  }
+  std::unique_ptr<RowStream> stream(new RowStream(*this));
+  if (PQsetSingleRowMode(conn_) == 0) {
+    // Cannot happen right after a send; the stream still reads the whole result correctly.
+    return connection_error("could not read the result row by row");
+  }
+  return stream;
+}
+
+Result<bool> RowStream::next() {
+  if (done_) return false;
+  PGresult* res = PQgetResult(session_.conn_);
+  if (res == nullptr) {
+    done_ = true;
+    return session_.connection_error("query failed");
+  }
+  const ExecStatusType st = PQresultStatus(res);
+  if (st == PGRES_SINGLE_TUPLE) {
+    row_ = QueryResult(res);
+    return true;
+  }
+  // The end (PGRES_TUPLES_OK with no rows) or an error: then libpq has nothing more.
+  auto finished = session_.finish(res);
+  drain();
+  row_ = QueryResult();
+  if (!finished.ok()) return finished.error();
+  return false;
+}
+
+void RowStream::drain() {
+  while (PGresult* res = PQgetResult(session_.conn_)) PQclear(res);
+  done_ = true;
+}
+
+RowStream::~RowStream() {
+  if (done_) return;
+  // Left before its end: the server stops sending the rest rather than the client reading it
+  // all for nothing. A cancel that arrives once the statement is over finds the session idle,
+  // which ignores it, so the session's next statement is never the one cancelled.
+  if (PGcancel* cancel = PQgetCancel(session_.conn_)) {
+    char error[256];
+    (void)PQcancel(cancel, error, sizeof error);
+    PQfreeCancel(cancel);
+  }
+  drain();
 }
 
 Result<QueryResult> PgSession::finish(PGresult* res) {

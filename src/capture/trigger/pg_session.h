@@ -40,6 +40,32 @@ class QueryResult {
 
 using Params = std::vector<std::optional<std::string>>;  // text parameters; nullopt is NULL
 
+class PgSession;
+
+// The rows of one statement as they arrive (libpq's single-row mode), so memory holds one row
+// however many the statement returns. The session runs nothing else while a stream is open;
+// destroying it first reads what is left, so the session is ready for its next statement.
+class RowStream {
+ public:
+  ~RowStream();
+  RowStream(const RowStream&) = delete;
+  RowStream& operator=(const RowStream&) = delete;
+
+  // Moves to the next row: true when there is one (in row(), as row 0), false at the end. The
+  // server's error, if the statement fails partway, comes from here.
+  Result<bool> next();
+  const QueryResult& row() const { return row_; }
+
+ private:
+  friend class PgSession;
+  explicit RowStream(PgSession& session) : session_(session) {}
+  void drain();
+
+  PgSession& session_;
+  QueryResult row_;
+  bool done_ = false;
+};
+
 class PgSession {
  public:
   // Connects with a libpq conninfo string; 08000 with libpq's message on failure.
@@ -60,6 +86,11 @@ class PgSession {
   // for statements run so often that planning them each time would cost more than running.
   Result<QueryResult> exec_prepared(const std::string& name, const std::string& sql,
                                     const Params& params, bool binary_result = false);
+
+  // Like exec_prepared(), but the rows come one at a time as the server sends them.
+  Result<std::unique_ptr<RowStream>> stream_prepared(const std::string& name,
+                                                     const std::string& sql, const Params& params,
+                                                     bool binary_result = false);
 
   // Quoted identifier / literal for generated SQL (PQescapeIdentifier / PQescapeLiteral).
   Result<std::string> ident(std::string_view name);
@@ -83,7 +114,9 @@ class PgSession {
 
  private:
   explicit PgSession(PGconn* conn) : conn_(conn) {}
+  friend class RowStream;
   static Result<std::unique_ptr<PgSession>> adopt(PGconn* conn);
+  Status prepare_once(const std::string& name, const std::string& sql, std::size_t params);
   // Takes ownership of `res`: the result, or its error (SQLSTATE kept).
   Result<QueryResult> finish(PGresult* res);
 

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -62,33 +64,28 @@ using Layouts = std::map<std::pair<std::uint32_t, std::int32_t>, Layout>;
 // Layouts by (relid, version), all versions of a table as one load found them. A recorded
 // version never changes and is never reused (they come from a sequence), so an entry stays
 // right; a version missing from it means the table was altered since, and reloads the table.
+// With them, the Type records of every non-built-in column type they use, so that rows can be
+// decoded while they stream in, when the session can run no other query.
 struct TriggerPoller::LayoutCache {
   Layouts layouts;
+  std::map<pgoutput::Oid, pgoutput::Type> types;
+  bool loaded = false;
 };
 
 namespace {
 
-// All recorded versions of the tables `rels`.
-Result<Layouts> load_layouts(PgSession& s, const std::string& table,
-                             const std::vector<std::uint32_t>& rels) {
+// Every recorded version of every table.
+Result<Layouts> load_layouts(PgSession& s, const std::string& table) {
   Layouts out;
-  if (rels.empty()) return out;
-  std::string array = "{";
-  for (std::size_t i = 0; i < rels.size(); ++i) {
-    array += (i > 0 ? "," : "") + std::to_string(rels[i]);
-  }
-  array += "}";
   auto r = s.exec(
       "SELECT l.relid::pg_catalog.int8::text, l.version::text, l.nspname, l.relname, "
       "l.replident::text, u.name, u.type::pg_catalog.int8::text, u.typmod::text, u.key::text, "
       "u.gen::text FROM " +
-          table +
-          " l LEFT JOIN LATERAL ROWS FROM (pg_catalog.unnest(l.names), pg_catalog.unnest(l.types), "
-          "pg_catalog.unnest(l.typmods), pg_catalog.unnest(l.keys), "
-          "pg_catalog.unnest(l.generated)) WITH ORDINALITY AS u(name, type, typmod, key, gen, ord) "
-          "ON true "
-          "WHERE l.relid = ANY ($1::pg_catalog.oid[]) ORDER BY l.relid, l.version, u.ord",
-      {array});
+      table +
+      " l LEFT JOIN LATERAL ROWS FROM (pg_catalog.unnest(l.names), pg_catalog.unnest(l.types), "
+      "pg_catalog.unnest(l.typmods), pg_catalog.unnest(l.keys), "
+      "pg_catalog.unnest(l.generated)) WITH ORDINALITY AS u(name, type, typmod, key, gen, ord) "
+      "ON true ORDER BY l.relid, l.version, u.ord");
   if (!r.ok()) return r.error();
   for (int i = 0; i < r->rows(); ++i) {
     auto rel = parse_int<std::uint32_t>(r->value(i, 0));
@@ -265,10 +262,162 @@ Result<Outcome> decode_row(const ChangeRow& row, const Layouts& layouts, Decoded
   }
 }
 
-// What one log entry is made of: a transaction's rows, or one non-transactional message.
-struct Unit {
-  bool message = false;
-  std::vector<ChangeRow> rows;
+// A row of the poll's result (columns 3 on; 0-2 are the head).
+Result<ChangeRow> parse_change_row(const QueryResult& r) {
+  ChangeRow row;
+  auto xid = parse_int<std::uint64_t>(r.value(0, 3));
+  auto seq = parse_int<std::int64_t>(r.value(0, 4));
+  auto rel = parse_int<std::uint32_t>(r.value(0, 5));
+  std::string_view op = r.value(0, 6);
+  if (!xid || !seq || !rel || op.size() != 1) return bad("malformed row in the change table");
+  row.xid = *xid;
+  row.seq = *seq;
+  row.rel = *rel;
+  row.op = op[0];
+  if (!r.is_null(0, 7)) {
+    auto layout = parse_int<std::int32_t>(r.value(0, 7));
+    if (!layout) return bad("malformed layout in the change table");
+    row.layout = *layout;
+  }
+  if (!r.is_null(0, 8) && !r.value(0, 8).empty()) row.old_kind = r.value(0, 8)[0];
+  row.old_row = r.get(0, 9);
+  row.new_row = r.get(0, 10);
+  if (!r.is_null(0, 11)) row.unchanged = parse_positions(r.value(0, 11));
+  row.info = r.get(0, 12);
+  if (!r.is_null(0, 13)) row.content = std::string(r.value(0, 13));
+  if (!r.is_null(0, 14)) row.commit_time = parse_int<std::int64_t>(r.value(0, 14));
+  return row;
+}
+
+// Turns a poll's rows, in log order, into log entries as they arrive: a transaction's changes
+// go into the builder one by one (which moves a large one to a spill file), so memory holds
+// one row and one change, not the transaction. A non-transactional message is its own entry.
+// LSNs are offsets from the base the log will pick: begin, one per change, commit, end.
+class EntryAssembler {
+ public:
+  // Makes the catalog hold the Relation (and Types) of a layout version before a change of it.
+  using UseLayout = std::function<Status(std::uint32_t rel, std::int32_t version)>;
+
+  EntryAssembler(log::TransactionBuilder& builder, const Layouts& layouts, UseLayout use_layout,
+                 Lsn predicted, std::int64_t poll_time)
+      : builder_(builder),
+        layouts_(layouts),
+        use_layout_(std::move(use_layout)),
+        predicted_(predicted),
+        poll_time_(poll_time) {}
+
+  // kMismatch when the row fits no recorded layout (left out instead with skip_unfit).
+  Result<Outcome> add(const ChangeRow& row, bool skip_unfit, PollStats& stats) {
+    if (row.op == 'm') {
+      PGRELAY_TRY(end_transaction());
+      log::TransactionHeader h;
+      h.commit_time = row.commit_time.value_or(poll_time_);
+      h.xid = static_cast<std::uint32_t>(row.xid & 0xFFFFFFFFu);
+      h.begin_lsn = h.commit_lsn = Lsn(offset_);
+      h.end_lsn = Lsn(offset_ + 1);
+      pgoutput::LogicalMessage m{std::nullopt, false, predicted_ + offset_,
+                                 row.info.value_or(std::string()), row.content};
+      auto entry = log::build_message_entry(h, Lsn(offset_), std::move(m));
+      if (!entry.ok()) return entry.error();
+      built_.push_back(std::move(*entry));
+      offset_ = h.end_lsn.value();
+      ++stats.messages;
+      return Outcome::kMessage;
+    }
+    if (!open_ || xid_ != row.xid) {
+      PGRELAY_TRY(end_transaction());
+      log::TransactionHeader h;
+      h.commit_time = row.commit_time.value_or(poll_time_);
+      h.xid = static_cast<std::uint32_t>(row.xid & 0xFFFFFFFFu);
+      h.begin_lsn = Lsn(offset_);
+      PGRELAY_TRY(builder_.begin(h));
+      open_ = true;
+      xid_ = row.xid;
+      changes_ = 0;
+    }
+    Decoded d;
+    auto outcome = decode_row(row, layouts_, &d);
+    if (!outcome.ok()) return outcome.error();
+    if (*outcome == Outcome::kMismatch) {
+      if (!skip_unfit) return Outcome::kMismatch;
+      ++stats.undecodable_rows;
+      return Outcome::kSkip;
+    }
+    if (*outcome == Outcome::kSkip) {
+      ++stats.skipped_rows;
+      return Outcome::kSkip;
+    }
+    // Triggers see one TRUNCATE per table; pgoutput sends one message for the tables a
+    // statement truncated (cascaded ones included), which fire one after the other.
+    auto* trunc = std::get_if<pgoutput::Truncate>(&d.message);
+    auto* prev = pending_ ? std::get_if<pgoutput::Truncate>(&pending_->message) : nullptr;
+    if (trunc != nullptr && prev != nullptr &&
+        pending_->truncate_statement == d.truncate_statement) {
+      prev->relation_oids.push_back(row.rel);
+      pending_->layouts.push_back(d.layouts.front());
+      return Outcome::kMessage;
+    }
+    PGRELAY_TRY(write_pending());
+    pending_ = std::move(d);
+    return Outcome::kMessage;
+  }
+
+  // Ends the transaction being built, if any (after the last row).
+  Status end_transaction() {
+    if (!open_) return {};
+    PGRELAY_TRY(write_pending());
+    open_ = false;
+    if (changes_ == 0) {  // every row was left out
+      builder_.abort();
+      return {};
+    }
+    const Lsn commit(offset_ + changes_);
+    auto entry = builder_.finish(commit, commit + 1);
+    if (!entry.ok()) return entry.error();
+    built_.push_back(std::move(*entry));
+    offset_ = commit.value() + 1;
+    return {};
+  }
+
+  std::vector<log::BuiltEntry>& built() { return built_; }
+  // The offset past the last entry (where a checkpoint after them goes).
+  std::uint64_t offset() const { return offset_; }
+
+ private:
+  // The change held back in case the next row's TRUNCATE merges into it goes into the builder.
+  Status write_pending() {
+    if (!pending_) return {};
+    Decoded d = std::move(*pending_);
+    pending_.reset();
+    for (const auto& [rel, version] : d.layouts) PGRELAY_TRY(use_layout_(rel, version));
+    const Lsn lsn(offset_ + changes_);
+    if (auto* trunc = std::get_if<pgoutput::Truncate>(&d.message)) {
+      std::vector<std::string> names;
+      for (const auto& [rel, version] : d.layouts) {
+        names.push_back(layouts_.at({rel, version}).relation.name);
+      }
+      const TruncateOptions options = truncate_options(d.truncate_query, names);
+      trunc->cascade = options.cascade;
+      trunc->restart_identity = options.restart_identity;
+    } else if (auto* msg = std::get_if<pgoutput::LogicalMessage>(&d.message)) {
+      msg->lsn = predicted_ + lsn.value();
+    }
+    PGRELAY_TRY(builder_.add(lsn, std::move(d.message)));
+    ++changes_;
+    return {};
+  }
+
+  log::TransactionBuilder& builder_;
+  const Layouts& layouts_;
+  UseLayout use_layout_;
+  Lsn predicted_;
+  std::int64_t poll_time_;
+  std::vector<log::BuiltEntry> built_;
+  std::uint64_t offset_ = 0;
+  bool open_ = false;
+  std::uint64_t xid_ = 0;
+  std::uint64_t changes_ = 0;
+  std::optional<Decoded> pending_;
 };
 
 }  // namespace
@@ -360,19 +509,56 @@ Result<PollStats> TriggerPoller::capture_in_snapshot(const std::string& snapshot
 }
 
 Result<PollStats> TriggerPoller::capture_with_sync(const std::string& snapshot_name) {
-  bool mismatch = false;
-  auto stats = capture_once(snapshot_name, &mismatch);
-  if (!stats.ok() || !mismatch) return stats;
-  // DDL ran without an event trigger and its layout is not recorded yet: record it and retry.
-  auto synced = sync_tables(*session_, options_.schema);
-  if (!synced.ok()) return synced.error();
-  layout_cache_->layouts.clear();
-  // Rows that still fit nothing were written with a layout that existed only between two
-  // syncs; their column names and types are gone from the catalog.
-  stats = capture_once(snapshot_name, &mismatch, /*skip_unfit=*/true);
-  if (!stats.ok()) return stats;
-  stats->synced_layouts = true;
-  return stats;
+  // Rows decode while they stream in, so the layouts must be known before the read. A row
+  // stamped with a version not cached (DDL or a new table since the last load) ends the
+  // attempt: the layouts are loaded again, and the next attempt knows every version recorded
+  // before it began. Nothing is appended until an attempt has read every row.
+  bool fresh = false;
+  if (!layout_cache_->loaded) {
+    PGRELAY_TRY(reload_layouts());
+    fresh = true;
+  }
+  bool synced = false;
+  bool skip_unfit = false;
+  for (;;) {
+    PollStats stats;
+    auto attempt = capture_once(snapshot_name, /*stale_is_miss=*/!fresh, skip_unfit, &stats);
+    if (!attempt.ok()) return attempt.error();
+    switch (*attempt) {
+      case Attempt::kDone:
+        stats.synced_layouts = synced;
+        return stats;
+      case Attempt::kStaleLayouts:
+        PGRELAY_TRY(reload_layouts());
+        fresh = true;
+        break;
+      case Attempt::kMismatch:
+        // DDL ran without an event trigger and its layout is not recorded yet: record it and
+        // try again. Rows that still fit nothing were written with a layout that existed only
+        // between two syncs; their column names and types are gone from the catalog.
+        if (auto done = sync_tables(*session_, options_.schema); !done.ok()) return done.error();
+        PGRELAY_TRY(reload_layouts());
+        fresh = true;
+        synced = true;
+        skip_unfit = true;
+        break;
+    }
+  }
+}
+
+Status TriggerPoller::reload_layouts() {
+  auto loaded = load_layouts(*session_, layouts_table_);
+  if (!loaded.ok()) return loaded.error();
+  std::set<pgoutput::Oid> type_oids;
+  for (const auto& [key, layout] : *loaded) {
+    for (const auto& column : layout.relation.columns) type_oids.insert(column.type_oid);
+  }
+  auto types = load_types(*session_, type_oids);
+  if (!types.ok()) return types.error();
+  layout_cache_->layouts = std::move(*loaded);
+  layout_cache_->types = std::move(*types);
+  layout_cache_->loaded = true;
+  return {};
 }
 
 std::string TriggerPoller::released_rows(Params& params) const {
@@ -396,7 +582,7 @@ void TriggerPoller::released() {
   released_floor_ = persisted_snapshot_;
 }
 
-Result<QueryResult> TriggerPoller::read_changes(bool releasing) {
+Result<std::unique_ptr<RowStream>> TriggerPoller::read_changes(bool releasing) {
   // The head (S_k, the WAL insert position read after it was taken, the poll's time) comes
   // first, materialized, so every row is read in S_k and the position is at or past every
   // commit visible in it. It is repeated on each row, or alone on a row of NULLs when there
@@ -440,14 +626,14 @@ Result<QueryResult> TriggerPoller::read_changes(bool releasing) {
   const std::string name = std::string("pgrelay_poll_") + (releasing ? "r" : "") +
                            (released_floor_.empty() || !releasing ? "" : "f") +
                            (prev_snapshot_.empty() ? "" : "p");
-  return session_->exec_prepared(name, sql, params, /*binary_result=*/true);
+  return session_->stream_prepared(name, sql, params, /*binary_result=*/true);
 }
 
-Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
-                                              bool* layout_mismatch, bool skip_unfit) {
-  *layout_mismatch = false;
+Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& snapshot_name,
+                                                           bool stale_is_miss, bool skip_unfit,
+                                                           PollStats* out) {
   PgSession& s = *session_;
-  PollStats stats;
+  PollStats& stats = *out;
   struct Rollback {
     PgSession& s;
     bool active = true;
@@ -467,166 +653,61 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
   const bool releasing = release_pending_ && !in_transaction;
+  // The builder (and its spill file) outlives the stream, which must end before the rollback.
+  log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
   auto rows = read_changes(releasing);
   if (!rows.ok()) return rows.error();
-  if (releasing) released();
+  RowStream& stream = **rows;
   // Columns 0-2 repeat the head on every row; one row of NULL changes when there are none.
-  stats.snapshot = std::string(rows->value(0, 0));
-  auto wal = Lsn::parse(rows->value(0, 1));
-  auto poll_time = parse_int<std::int64_t>(rows->value(0, 2));
+  auto first = stream.next();
+  if (!first.ok()) return first.error();
+  if (!*first) return bad("the poll returned no head row");
+  stats.snapshot = std::string(stream.row().value(0, 0));
+  auto wal = Lsn::parse(stream.row().value(0, 1));
+  auto poll_time = parse_int<std::int64_t>(stream.row().value(0, 2));
   if (!wal || !poll_time) return bad("unexpected snapshot or WAL position from upstream");
   stats.upstream_lsn = *wal;
-  const int row_count = rows->is_null(0, 3) ? 0 : rows->rows();
-
-  std::vector<Unit> units;
-  std::vector<std::uint32_t> rels;
-  for (int i = 0; i < row_count; ++i) {
-    ChangeRow row;
-    auto xid = parse_int<std::uint64_t>(rows->value(i, 3));
-    auto seq = parse_int<std::int64_t>(rows->value(i, 4));
-    auto rel = parse_int<std::uint32_t>(rows->value(i, 5));
-    std::string_view op = rows->value(i, 6);
-    if (!xid || !seq || !rel || op.size() != 1) return bad("malformed row in the change table");
-    row.xid = *xid;
-    row.seq = *seq;
-    row.rel = *rel;
-    row.op = op[0];
-    if (!rows->is_null(i, 7)) {
-      auto layout = parse_int<std::int32_t>(rows->value(i, 7));
-      if (!layout) return bad("malformed layout in the change table");
-      row.layout = *layout;
-    }
-    if (!rows->is_null(i, 8) && !rows->value(i, 8).empty()) row.old_kind = rows->value(i, 8)[0];
-    row.old_row = rows->get(i, 9);
-    row.new_row = rows->get(i, 10);
-    if (!rows->is_null(i, 11)) row.unchanged = parse_positions(rows->value(i, 11));
-    row.info = rows->get(i, 12);
-    if (!rows->is_null(i, 13)) row.content = std::string(rows->value(i, 13));
-    if (!rows->is_null(i, 14)) row.commit_time = parse_int<std::int64_t>(rows->value(i, 14));
-    if (row.rel != 0 && !layout_cache_->layouts.contains({row.rel, row.layout})) {
-      rels.push_back(row.rel);
-    }
-    if (row.op == 'm') {
-      units.push_back(Unit{true, {}});
-    } else if (units.empty() || units.back().message || units.back().rows.front().xid != row.xid) {
-      units.push_back(Unit{false, {}});
-    }
-    units.back().rows.push_back(std::move(row));
-  }
-  stats.rows = static_cast<std::size_t>(row_count);
-  // Tables whose stamped version is not cached were altered (or are new): reload all their
-  // versions, since a row may fit a later one.
-  std::sort(rels.begin(), rels.end());
-  rels.erase(std::unique(rels.begin(), rels.end()), rels.end());
-  Layouts& cached = layout_cache_->layouts;
-  if (!rels.empty()) {
-    auto loaded = load_layouts(s, layouts_table_, rels);
-    if (!loaded.ok()) return loaded.error();
-    for (std::uint32_t rel : rels) {
-      cached.erase(cached.lower_bound({rel, std::numeric_limits<std::int32_t>::min()}),
-                   cached.upper_bound({rel, std::numeric_limits<std::int32_t>::max()}));
-    }
-    cached.merge(*loaded);
-  }
-  const Layouts* layouts = &cached;
 
   // Puts the Relation (and its Types) of a layout version into the catalog when another one is
   // there: the builder then sends it before the table's next change.
-  std::map<pgoutput::Oid, bool> types_loaded;
+  const Layouts& layouts = layout_cache_->layouts;
+  std::set<pgoutput::Oid> types_put;
   auto use_layout = [&](std::uint32_t rel, std::int32_t version) -> Status {
     auto it = catalog_layouts_.find(rel);
     if (it != catalog_layouts_.end() && it->second == version) return {};
-    const Layout& layout = layouts->at({rel, version});
-    auto types = load_types(s, layout.relation);
-    if (!types.ok()) return types.error();
-    for (auto& type : *types) {
-      if (!types_loaded[type.oid]) catalog_.put(std::move(type));
-      types_loaded[type.oid] = true;
+    const Layout& layout = layouts.at({rel, version});
+    for (const auto& column : layout.relation.columns) {
+      auto type = layout_cache_->types.find(column.type_oid);
+      if (type == layout_cache_->types.end() || !types_put.insert(type->first).second) continue;
+      catalog_.put(type->second);
     }
     catalog_.put(layout.relation);
     catalog_layouts_[rel] = version;
     return {};
   };
-
-  // LSNs are offsets from the base the log picks: begin, one per change, commit, end. The base
-  // is predictable (the poller is the log's only appender), which gives messages their LSN.
+  // The base is predictable (the poller is the log's only appender), which gives messages
+  // their LSN.
   const Lsn predicted = std::max(stats.upstream_lsn, log_.last_end_lsn() + 1);
-  std::vector<log::BuiltEntry> built;
-  std::uint64_t offset = 0;
-  log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
-  for (const auto& unit : units) {
-    const ChangeRow& last = unit.rows.back();
-    log::TransactionHeader h;
-    h.commit_time = last.commit_time.value_or(*poll_time);
-    h.xid = static_cast<std::uint32_t>(last.xid & 0xFFFFFFFFu);
-    if (unit.message) {
-      h.begin_lsn = h.commit_lsn = Lsn(offset);
-      h.end_lsn = Lsn(offset + 1);
-      pgoutput::LogicalMessage m{std::nullopt, false, predicted + offset,
-                                 last.info.value_or(std::string()), last.content};
-      auto entry = log::build_message_entry(h, Lsn(offset), std::move(m));
-      if (!entry.ok()) return entry.error();
-      built.push_back(std::move(*entry));
-      offset = h.end_lsn.value();
-      ++stats.messages;
-      continue;
+  EntryAssembler assembler(builder, layouts, use_layout, predicted, *poll_time);
+  for (bool more = !stream.row().is_null(0, 3); more;) {
+    auto row = parse_change_row(stream.row());
+    if (!row.ok()) return row.error();
+    if (stale_is_miss && row->rel != 0 && !layouts.contains({row->rel, row->layout})) {
+      return Attempt::kStaleLayouts;  // the stream reads (and drops) the rest as it goes
     }
-    std::vector<Decoded> changes;
-    for (const auto& row : unit.rows) {
-      Decoded d;
-      auto outcome = decode_row(row, *layouts, &d);
-      if (!outcome.ok()) return outcome.error();
-      if (*outcome == Outcome::kMismatch) {
-        if (skip_unfit) {
-          ++stats.undecodable_rows;
-          continue;
-        }
-        *layout_mismatch = true;
-        return stats;
-      }
-      if (*outcome == Outcome::kSkip) {
-        ++stats.skipped_rows;
-        continue;
-      }
-      // Triggers see one TRUNCATE per table; pgoutput sends one message for the tables a
-      // statement truncated (cascaded ones included), which fire one after the other.
-      auto* trunc = std::get_if<pgoutput::Truncate>(&d.message);
-      auto* prev =
-          changes.empty() ? nullptr : std::get_if<pgoutput::Truncate>(&changes.back().message);
-      if (trunc != nullptr && prev != nullptr &&
-          changes.back().truncate_statement == d.truncate_statement) {
-        prev->relation_oids.push_back(row.rel);
-        changes.back().layouts.push_back(d.layouts.front());
-        continue;
-      }
-      changes.push_back(std::move(d));
-    }
-    if (changes.empty()) continue;
-    h.begin_lsn = Lsn(offset);
-    h.commit_lsn = Lsn(offset + changes.size());
-    h.end_lsn = Lsn(offset + changes.size() + 1);
-    PGRELAY_TRY(builder.begin(h));
-    for (std::size_t j = 0; j < changes.size(); ++j) {
-      Decoded& d = changes[j];
-      for (const auto& [rel, version] : d.layouts) PGRELAY_TRY(use_layout(rel, version));
-      if (auto* trunc = std::get_if<pgoutput::Truncate>(&d.message)) {
-        std::vector<std::string> names;
-        for (const auto& [rel, version] : d.layouts) {
-          names.push_back(layouts->at({rel, version}).relation.name);
-        }
-        const TruncateOptions options = truncate_options(d.truncate_query, names);
-        trunc->cascade = options.cascade;
-        trunc->restart_identity = options.restart_identity;
-      } else if (auto* msg = std::get_if<pgoutput::LogicalMessage>(&d.message)) {
-        msg->lsn = predicted + (offset + j);
-      }
-      PGRELAY_TRY(builder.add(Lsn(offset + j), std::move(d.message)));
-    }
-    auto entry = builder.finish();
-    if (!entry.ok()) return entry.error();
-    built.push_back(std::move(*entry));
-    offset = h.end_lsn.value();
+    ++stats.rows;
+    auto outcome = assembler.add(*row, skip_unfit, stats);
+    if (!outcome.ok()) return outcome.error();
+    if (*outcome == Outcome::kMismatch) return Attempt::kMismatch;
+    auto next = stream.next();
+    if (!next.ok()) return next.error();
+    more = *next;
   }
+  PGRELAY_TRY(assembler.end_transaction());
+  rows->reset();
+  // The statement ran to its end: its release of the persisted snapshot's rows happened.
+  if (releasing) released();
+  std::vector<log::BuiltEntry>& built = assembler.built();
   stats.transactions = built.size() - stats.messages;
   if (in_transaction) {
     rollback.active = false;
@@ -637,7 +718,7 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
     // Nothing to persist: the transactions new in S_k wrote no rows, so resuming from the older
     // checkpoint would find nothing more either.
     prev_snapshot_ = stats.snapshot;
-    return stats;
+    return Attempt::kDone;
   }
   const Bytes checkpoint = encode_checkpoint({stats.snapshot, stats.upstream_lsn});
   std::vector<log::PendingEntry> batch;
@@ -645,7 +726,7 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
   for (const auto& e : built) batch.push_back(e.pending());
   log::EntryMeta cp_meta;
   cp_meta.kind = log::EntryKind::kCheckpoint;
-  cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(offset);
+  cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(assembler.offset());
   cp_meta.commit_time = *poll_time;
   batch.push_back(log::PendingEntry{cp_meta, checkpoint, nullptr});
   auto base = log_.append_assigning(batch, predicted);
@@ -655,7 +736,7 @@ Result<PollStats> TriggerPoller::capture_once(const std::string& snapshot_name,
   prev_snapshot_ = stats.snapshot;
   persisted_snapshot_ = stats.snapshot;
   release_pending_ = true;
-  return stats;
+  return Attempt::kDone;
 }
 
 Status TriggerPoller::release() {

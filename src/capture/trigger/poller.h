@@ -97,15 +97,22 @@ class TriggerPoller {
   TriggerPoller(PollerOptions options, log::ChangeLog& log, std::unique_ptr<PgSession> session);
 
   Result<PollStats> capture_with_sync(const std::string& snapshot_name);
-  // One attempt; sets *layout_mismatch (and appends nothing) when a row fits none of its
-  // table's recorded layouts.
-  // With skip_unfit, such rows are counted in undecodable_rows and left out instead.
-  Result<PollStats> capture_once(const std::string& snapshot_name, bool* layout_mismatch,
-                                 bool skip_unfit = false);
+  // How one attempt at a capture ended; only kDone appended anything.
+  enum class Attempt {
+    kDone,
+    kStaleLayouts,  // a row's layout version is not cached (with stale_is_miss)
+    kMismatch,      // a row fits none of its table's recorded layouts (without skip_unfit)
+  };
+  // One attempt, its figures in *stats. With skip_unfit, rows that fit no layout are counted in
+  // undecodable_rows and left out.
+  Result<Attempt> capture_once(const std::string& snapshot_name, bool stale_is_miss,
+                               bool skip_unfit, PollStats* stats);
+  // Reads every recorded layout version, and the Type records their columns need.
+  Status reload_layouts();
 
-  // S_k's head and the change rows new in it, in log order; with `releasing`, the same
-  // statement deletes the rows of the persisted snapshot (see release()).
-  Result<QueryResult> read_changes(bool releasing);
+  // S_k's head and the change rows new in it, in log order, as they arrive; with `releasing`,
+  // the same statement deletes the rows of the persisted snapshot (see release()).
+  Result<std::unique_ptr<RowStream>> read_changes(bool releasing);
   // The condition selecting the rows release() deletes; appends its parameters.
   std::string released_rows(Params& params) const;
   // Records that release() (or read_changes(true)) deleted them.

@@ -2,6 +2,7 @@
 #include "capture/trigger/relation_info.h"
 
 #include <charconv>
+#include <map>
 #include <set>
 #include <string>
 
@@ -70,23 +71,30 @@ Result<std::optional<pgoutput::Relation>> load_relation(PgSession& session, pgou
   return std::optional<pgoutput::Relation>(std::move(rel));
 }
 
-Result<std::vector<pgoutput::Type>> load_types(PgSession& session,
-                                               const pgoutput::Relation& relation) {
-  std::vector<pgoutput::Type> out;
-  std::set<pgoutput::Oid> seen;
-  for (const auto& col : relation.columns) {
-    if (col.type_oid < kFirstGenbkiObjectId || !seen.insert(col.type_oid).second) continue;
-    auto r = session.exec(
-        "WITH RECURSIVE base(oid) AS (SELECT $1::pg_catalog.oid UNION ALL "
-        "  SELECT t.typbasetype FROM pg_catalog.pg_type t JOIN base ON t.oid = base.oid "
-        "  WHERE t.typtype = 'd') "
-        "SELECT n.nspname, t.typname FROM base JOIN pg_catalog.pg_type t ON t.oid = base.oid "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE t.typtype <> 'd'",
-        {std::to_string(col.type_oid)});
-    if (!r.ok()) return r.error();
-    if (r->rows() == 0) continue;
-    out.push_back(pgoutput::Type{std::nullopt, col.type_oid, wire_namespace(r->value(0, 0)),
-                                 std::string(r->value(0, 1))});
+Result<std::map<pgoutput::Oid, pgoutput::Type>> load_types(PgSession& session,
+                                                           const std::set<pgoutput::Oid>& oids) {
+  std::map<pgoutput::Oid, pgoutput::Type> out;
+  std::string array;
+  for (pgoutput::Oid oid : oids) {
+    if (oid < kFirstGenbkiObjectId) continue;
+    array += (array.empty() ? "" : ",") + std::to_string(oid);
+  }
+  if (array.empty()) return out;
+  // Each wanted type with the first of its domain chain's base types that is no domain.
+  auto r = session.exec(
+      "WITH RECURSIVE base(want, oid) AS (SELECT w, w FROM pg_catalog.unnest($1::pg_catalog.oid[]) "
+      "  AS w UNION ALL SELECT b.want, t.typbasetype FROM pg_catalog.pg_type t "
+      "  JOIN base b ON t.oid = b.oid WHERE t.typtype = 'd') "
+      "SELECT b.want::pg_catalog.int8::text, n.nspname, t.typname FROM base b "
+      "JOIN pg_catalog.pg_type t ON t.oid = b.oid "
+      "JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE t.typtype <> 'd'",
+      {"{" + array + "}"});
+  if (!r.ok()) return r.error();
+  for (int i = 0; i < r->rows(); ++i) {
+    auto oid = parse_int<std::uint32_t>(r->value(i, 0), "type OID");
+    if (!oid.ok()) return oid.error();
+    out.insert_or_assign(*oid, pgoutput::Type{std::nullopt, *oid, wire_namespace(r->value(i, 1)),
+                                              std::string(r->value(i, 2))});
   }
   return out;
 }

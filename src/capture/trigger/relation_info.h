@@ -1,7 +1,9 @@
 // Reads a table's pgoutput Relation (columns, types, replica identity key flags) from the catalog.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "base/result.h"
@@ -16,10 +18,11 @@ namespace pgrelay::capture {
 // nullopt when no such table exists.
 Result<std::optional<pgoutput::Relation>> load_relation(PgSession& session, pgoutput::Oid oid);
 
-// The Type records pgoutput sends before a Relation: its columns' types with OIDs at or above
-// FirstGenbkiObjectId (10000), i.e. not built in. A domain's record names its base type (as
-// logicalrep_write_typ does) under the domain's OID.
-Result<std::vector<pgoutput::Type>> load_types(PgSession& session,
-                                               const pgoutput::Relation& relation);
+// The Type records pgoutput sends before a Relation, for those of `oids` at or above
+// FirstGenbkiObjectId (10000), i.e. not built in, by OID; one query for all of them. A domain's
+// record names its base type (as logicalrep_write_typ does) under the domain's OID. A type that
+// no longer exists has no record.
+Result<std::map<pgoutput::Oid, pgoutput::Type>> load_types(PgSession& session,
+                                                           const std::set<pgoutput::Oid>& oids);
 
 }  // namespace pgrelay::capture
