@@ -7,14 +7,17 @@
 // with ids 1..N (RESTART IDENTITY), one row per transaction, so the data can be checked
 // exactly: every id once per stream, one change per transaction, increasing commit LSNs, the
 // expected payload, and the same order on every stream. Any violation, a decode error, a
-// stream ending early or a stall fails the run (exit 3) with the symptom on stderr.
+// stream ending early or a stall fails the run (exit 3) with the symptom on stderr. The bulk
+// workload writes all its rows in one transaction (--rows-per-transaction N) with a long
+// payload (--payload-length: --payload repeated to that many bytes).
 //
 // Output: one line of key=value pairs on stdout (see print_result).
 //
 // Usage: bench_repl_consumer --conninfo STR --expect N [--consumers M] [--slot-prefix P]
 //          [--publication NAME] [--proto V] [--ready-file F] [--wait-file F]
 //          [--cpu-pid LABEL=PID]... [--stall-seconds S] [--timeout-seconds S]
-//          [--payload TEXT] [--threads T (default 2)]
+//          [--payload TEXT] [--payload-length L] [--rows-per-transaction N (default 1)]
+//          [--threads T (default 2)]
 #include <fcntl.h>
 #include <libpq-fe.h>
 #include <poll.h>
@@ -65,6 +68,7 @@ struct Settings {
   double timeout_seconds = 600;
   int threads = 2;
   std::string payload = kDefaultPayload;
+  std::int64_t rows_per_transaction = 1;
 };
 
 std::int64_t now_unix_us() {
@@ -158,7 +162,7 @@ struct Stream {
   std::unordered_map<pgoutput::Oid, RelationColumns> relations;
   std::vector<std::uint8_t> seen;  // by id, 1..expect
   std::int64_t inserts = 0, transactions = 0, messages = 0, truncates = 0, other = 0;
-  int changes_in_txn = 0;
+  std::int64_t changes_in_txn = 0;
   bool in_txn = false;
   wire::Lsn last_end_lsn;
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the ids in arrival order
@@ -242,10 +246,12 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
       fail(s.where() + ": commit end LSN " + c->end_lsn.to_string() + " not after " +
            s.last_end_lsn.to_string());
     }
-    // Every workload transaction inserts one row; other transactions (a TRUNCATE) change none.
-    if (s.changes_in_txn > 1) {
+    // Every workload transaction inserts the same number of rows; other transactions (a
+    // TRUNCATE) change none.
+    if (s.changes_in_txn != 0 && s.changes_in_txn != cfg.rows_per_transaction) {
       fail(s.where() + ": a transaction carried " + std::to_string(s.changes_in_txn) +
-           " bench inserts, the workload writes one per transaction");
+           " bench inserts, the workload writes " + std::to_string(cfg.rows_per_transaction) +
+           " per transaction");
     }
     s.in_txn = false;
     s.last_end_lsn = c->end_lsn;
@@ -411,6 +417,7 @@ double percentile(const std::vector<std::int32_t>& sorted, double p) {
 }
 
 bool parse_args(int argc, char** argv, Settings& s) {
+  std::int64_t payload_length = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -444,6 +451,10 @@ bool parse_args(int argc, char** argv, Settings& s) {
       s.threads = std::atoi(next().c_str());
     else if (a == "--payload")
       s.payload = next();
+    else if (a == "--payload-length")
+      payload_length = std::atoll(next().c_str());
+    else if (a == "--rows-per-transaction")
+      s.rows_per_transaction = std::atoll(next().c_str());
     else if (a == "--cpu-pid") {
       std::string v = next();
       auto eq = v.find('=');
@@ -454,6 +465,13 @@ bool parse_args(int argc, char** argv, Settings& s) {
       return false;
     }
   }
+  if (payload_length > 0 && !s.payload.empty()) {
+    std::string unit = s.payload;
+    s.payload.clear();
+    while (static_cast<std::int64_t>(s.payload.size()) < payload_length) s.payload += unit;
+    s.payload.resize(static_cast<std::size_t>(payload_length));
+  }
+  if (s.rows_per_transaction < 1) return false;
   return !s.conninfo.empty() && s.expect > 0 && s.consumers > 0 && s.proto >= 1 && s.proto <= 4;
 }
 
@@ -466,7 +484,8 @@ int main(int argc, char** argv) {
                  "usage: bench_repl_consumer --conninfo STR --expect N [--consumers M] "
                  "[--slot-prefix P] [--publication NAME] [--proto V] [--ready-file F] "
                  "[--wait-file F] [--cpu-pid LABEL=PID]... [--stall-seconds S] "
-                 "[--timeout-seconds S] [--payload TEXT] [--threads T]\n");
+                 "[--timeout-seconds S] [--payload TEXT] [--payload-length L] "
+                 "[--rows-per-transaction N] [--threads T]\n");
     return 2;
   }
   std::vector<std::unique_ptr<Stream>> streams;
@@ -505,6 +524,7 @@ int main(int argc, char** argv) {
   for (const auto& [label, pid] : cfg.cpu_pids) cpu_before[label] = tree_cpu_seconds(pid);
   const double self_before = self_cpu_seconds();
   const double t_start = steady_seconds();
+  const double unix_start = static_cast<double>(now_unix_us()) / 1e6;
   for (auto& s : streams) {
     std::string start = "START_REPLICATION SLOT " + quoted_ident(s->slot) +
                         " LOGICAL 0/0 (proto_version '" + std::to_string(cfg.proto) +
@@ -563,10 +583,11 @@ int main(int argc, char** argv) {
   std::printf(
       "consumers=%d changes=%lld transactions=%lld start_to_last_s=%.3f first_to_last_s=%.3f "
       "changes_per_s=%.0f live_changes_per_s=%.0f lat_p50_ms=%.2f lat_p99_ms=%.2f "
-      "lat_max_ms=%.2f consumer_cpu_s=%.2f",
+      "lat_max_ms=%.2f consumer_cpu_s=%.2f last_unix_s=%.6f",
       cfg.consumers, static_cast<long long>(total), static_cast<long long>(txns), catchup_s, live_s,
       total / std::max(catchup_s, 1e-9), total / std::max(live_s, 1e-9), percentile(lat, 50),
-      percentile(lat, 99), lat.empty() ? 0.0 : lat.back() / 1000.0, self_used);
+      percentile(lat, 99), lat.empty() ? 0.0 : lat.back() / 1000.0, self_used,
+      unix_start + (t_last - t_start));
   for (const auto& [label, secs] : cpu_used) std::printf(" cpu_%s_s=%.2f", label.c_str(), secs);
   std::printf("\n");
   std::fflush(stdout);

@@ -24,11 +24,19 @@
 #  2. fan-out: FANOUT consumers on their own slots drain the same catch-up backlog of N
 #     transactions: aggregate changes/s, CPU seconds of pgrelay and of the upstream's process
 #     tree during the read.
-#  3. one table with pgrelay/native ratios and the issue's targets.
+#  3. bulk: one transaction of BULK_ROWS rows (BULK_PAYLOAD-byte text each, as a data
+#     migration writes them) committed while one consumer streams: the INSERT's own time (the
+#     native run is capture off; trigger capture's triggers run inside it), commit to the last
+#     change received, changes/s over that time, and pgrelay's peak RSS above its idle RSS
+#     (sampled every 50 ms). BULK_TOAST_MB adds a run of one transaction of that many MiB in
+#     1 MiB values (TOAST).
+#  4. one table with pgrelay/native ratios and the issue's targets.
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
 # CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"),
+# BULK_ROWS (default 1000000; 0 skips the bulk run), BULK_PAYLOAD (default 200),
+# BULK_TOAST_MB (default 0: no TOAST run), RUNS (default "fanout live latency bulk"),
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
@@ -45,6 +53,10 @@ CLIENTS=${CLIENTS:-4}
 CONSUMER_THREADS=${CONSUMER_THREADS:-2}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
 CAPTURES=${CAPTURES:-"native trigger"}
+BULK_ROWS=${BULK_ROWS:-1000000}
+BULK_PAYLOAD=${BULK_PAYLOAD:-200}
+BULK_TOAST_MB=${BULK_TOAST_MB:-0}
+RUNS=${RUNS:-"fanout live latency bulk"}
 CAPTURE=""  # the mode of the pgrelay running now
 BIN=/usr/lib/postgresql/15/bin
 PAYLOAD="payload-0123456789-0123456789-0123456789-0123456789-0123456789"
@@ -221,11 +233,74 @@ measure() {
   log "$sys $run: write ${tps} tps; $(cat "$dir/consumer.out") (load $load)"
 }
 
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# One transaction of ROWS rows of PAYLOAD bytes, committed while one consumer streams.
+#   measure_bulk SYSTEM RUN ROWS PAYLOAD
+measure_bulk() {
+  local sys=$1 run=$2 rows=$3 payload=$4
+  local dir="$OUT/$sys.$run" conn idle=0 sampler="" t0 t1 peak
+  mkdir -p "$dir"
+  rm -f "$dir/ready" "$dir/done" "$dir/rss"
+  reset_table
+  if [ "$sys" = native ]; then conn=$PG_CONN; else conn=$RELAY_CONN; fi
+  "$CONSUMER" --conninfo "$conn" --consumers 1 --slot-prefix "bench_${run}" --publication bench_pub \
+    --expect "$rows" --rows-per-transaction "$rows" --payload x --payload-length "$payload" \
+    --ready-file "$dir/ready" --stall-seconds 900 --timeout-seconds 1800 --threads 1 \
+    >"$dir/consumer.out" 2>"$dir/consumer.err" &
+  local cpid=$!
+  CONSUMER_PID=$cpid
+  wait_file "$dir/ready" "$cpid" 300 || { wait "$cpid" || true; die "$sys $run: consumer did not get ready: $(tail -3 "$dir/consumer.err")"; }
+  if [ -n "$RELAY_PID" ]; then
+    idle=$(rss_kb "$RELAY_PID")
+    ( while [ ! -e "$dir/done" ] && kill -0 "$RELAY_PID" 2>/dev/null; do rss_kb "$RELAY_PID" >>"$dir/rss"; sleep 0.05; done ) &
+    sampler=$!
+  fi
+  t0=$(date +%s.%N)
+  timeout 1800 "$BIN/psql" "$PG_CONN" -X -v ON_ERROR_STOP=1 -qAt -c "INSERT INTO bench (k, ts_us, payload)
+    SELECT g, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, repeat('x', $payload)
+    FROM generate_series(1, $rows) g" >"$dir/insert.log" 2>&1 || die "$sys $run: the INSERT failed: $(tail -3 "$dir/insert.log")"
+  t1=$(date +%s.%N)
+  if ! wait "$cpid"; then
+    CONSUMER_PID=""
+    touch "$dir/done"
+    die "$sys $run: $(tail -5 "$dir/consumer.err")"
+  fi
+  CONSUMER_PID=""
+  touch "$dir/done"
+  [ -n "$sampler" ] && wait "$sampler"
+  if [ -n "$RELAY_PID" ] && ! kill -0 "$RELAY_PID" 2>/dev/null; then die "pgrelay exited during $run"; fi
+  local kv last
+  for kv in $(cat "$dir/consumer.out"); do R[$sys.$run.${kv%%=*}]=${kv#*=}; done
+  last=${R[$sys.$run.last_unix_s]}
+  R[$sys.$run.write_s]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  R[$sys.$run.commit_to_last_s]=$(awk -v a="$t1" -v b="$last" 'BEGIN { printf "%.2f", b - a }')
+  R[$sys.$run.bulk_changes_per_s]=$(awk -v n="$rows" -v a="$t1" -v b="$last" 'BEGIN { printf "%.0f", n / (b - a) }')
+  if [ -n "$RELAY_PID" ]; then
+    peak=$(sort -n "$dir/rss" | tail -1)
+    R[$sys.$run.idle_rss_mib]=$(awk -v a="$idle" 'BEGIN { printf "%.0f", a / 1024 }')
+    R[$sys.$run.peak_rss_mib]=$(awk -v a="$idle" -v b="${peak:-0}" 'BEGIN { printf "%.0f", (b - a) / 1024 }')
+  fi
+  log "$sys $run: $rows rows x $payload B: INSERT ${R[$sys.$run.write_s]} s, commit to last change ${R[$sys.$run.commit_to_last_s]} s, peak RSS above idle ${R[$sys.$run.peak_rss_mib]:--} MiB"
+}
+
 run_system() {
   local sys=$1 m
-  for m in $FANOUT; do measure "$sys" "fanout$m" catchup "$m" "$N" "$PER_CLIENT"; done
-  measure "$sys" live live 1 "$N_LIVE" "$PER_CLIENT_LIVE"
-  measure "$sys" latency live 1 "$LAT_N" "$PER_CLIENT_LAT" -R "$LAT_RATE"
+  if [[ " $RUNS " == *" fanout "* ]]; then
+    for m in $FANOUT; do measure "$sys" "fanout$m" catchup "$m" "$N" "$PER_CLIENT"; done
+  fi
+  [[ " $RUNS " == *" live "* ]] && measure "$sys" live live 1 "$N_LIVE" "$PER_CLIENT_LIVE"
+  [[ " $RUNS " == *" latency "* ]] && measure "$sys" latency live 1 "$LAT_N" "$PER_CLIENT_LAT" -R "$LAT_RATE"
+  if [[ " $RUNS " == *" bulk "* ]]; then
+    [ "$BULK_ROWS" -gt 0 ] && measure_bulk "$sys" bulk "$BULK_ROWS" "$BULK_PAYLOAD"
+    if [ "$BULK_TOAST_MB" -gt 0 ]; then
+      # Uncompressed, so that the transaction really holds that many bytes of TOAST.
+      pg -c "ALTER TABLE bench ALTER COLUMN payload SET STORAGE EXTERNAL" || die "could not set STORAGE EXTERNAL"
+      measure_bulk "$sys" toast "$BULK_TOAST_MB" 1048576
+      pg -c "ALTER TABLE bench ALTER COLUMN payload SET STORAGE EXTENDED" || die "could not reset STORAGE"
+    fi
+  fi
+  return 0
 }
 
 log "native PostgreSQL (port $PG_PORT): N=$N N_LIVE=$N_LIVE latency ${LAT_N} tx at ${LAT_RATE}/s, fan-out $FANOUT"
@@ -253,7 +328,8 @@ done
 
 # ---- the table ----
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
-row() {  # label native pgrelay [target]
+row() {  # label native pgrelay [target]; a run left out of RUNS prints nothing
+  if [[ "$2" == "?" || "$2" == "-" ]] && [[ "$3" == "?" ]]; then return 0; fi
   printf "%-44s %12s %12s %8s  %s\n" "$1" "$2" "$3" "$(ratio "$3" "$2")" "${4:-}"
 }
 verdict() {  # expression over a, b (awk): PASS/FAIL
@@ -285,6 +361,22 @@ table() {  # capture mode
     row "fan-out $m: consumer CPU s" "$(v native.fanout$m.consumer_cpu_s)" "$(v $P.fanout$m.consumer_cpu_s)"
     row "fan-out $m: backlog write TPS" "$(v native.fanout$m.write_tps)" "$(v $P.fanout$m.write_tps)"
   done
+  if [[ " $RUNS " == *" bulk "* ]]; then
+    local run rows
+    for run in bulk toast; do
+      [ -n "${R[native.$run.write_s]:-}" ] || continue
+      if [ "$run" = bulk ]; then rows="$BULK_ROWS x ${BULK_PAYLOAD} B"; else rows="$BULK_TOAST_MB x 1 MiB"; fi
+      if [ "$mode" = trigger ]; then target=1.5; else target=1.1; fi
+      row "$run ($rows, 1 tx): INSERT s, capture off" "$(v native.$run.write_s)" "$(v $P.$run.write_s)" \
+        "$([ "$mode" = trigger ] && echo "<= 2: $(verdict 'a <= 2 * b' "$(v $P.$run.write_s)" "$(v native.$run.write_s)")")"
+      row "$run: commit -> last change s" "$(v native.$run.commit_to_last_s)" "$(v $P.$run.commit_to_last_s)" \
+        "<= $target: $(verdict "a <= $target * b" "$(v $P.$run.commit_to_last_s)" "$(v native.$run.commit_to_last_s)")"
+      row "$run: changes/s after commit" "$(v native.$run.bulk_changes_per_s)" "$(v $P.$run.bulk_changes_per_s)"
+      row "$run: pgrelay peak RSS MiB above idle" "-" "$(v $P.$run.peak_rss_mib)" \
+        "<= 64: $(verdict 'a <= 64' "$(v $P.$run.peak_rss_mib)" 0)"
+    done
+  fi
+  [[ " $RUNS " == *" fanout "* ]] || return 0
   first=${FANOUT%% *}
   echo
   echo "upstream CPU with pgrelay, $max_fanout vs $first consumer(s): $(v $P.fanout$max_fanout.cpu_upstream_s) s vs $(v $P.fanout$first.cpu_upstream_s) s" \
