@@ -52,6 +52,10 @@ class ByteWriter {
   void patch_u32(std::size_t offset, std::uint32_t v);
 
   std::size_t size() const { return buf_.size(); }
+  // Drops what was written past `size`.
+  void truncate(std::size_t size) {
+    if (size < buf_.size()) buf_.resize(size);
+  }
   const Bytes& bytes() const& { return buf_; }
   Bytes take() && { return std::move(buf_); }
   Bytes take() & { return std::move(buf_); }

@@ -255,6 +255,31 @@ Result<BuiltEntry> TransactionBuilder::finish() {
   return entry;
 }
 
+Status TransactionBuilder::rewind(const Mark& mark) {
+  if (!open_) return not_open("rewind a transaction");
+  if (failed_) return *failed_;
+  if (mark.size > size_ || mark.count > count_) {
+    return invalid("cannot rewind transaction " + std::to_string(header_.xid) +
+                   " to a point it has not reached");
+  }
+  const std::uint64_t in_file = size_ - out_.size();
+  if (mark.size >= in_file) {
+    out_.truncate(static_cast<std::size_t>(mark.size - in_file));
+  } else {
+    // The point is in the spill file: cut the file there and write on from it.
+    out_.truncate(0);
+    if (::ftruncate(spill_.get(), static_cast<off_t>(mark.size)) != 0 ||
+        ::lseek(spill_.get(), static_cast<off_t>(mark.size), SEEK_SET) < 0) {
+      return failure(io_error("truncate spill file", spill_name_, errno));
+    }
+  }
+  size_ = mark.size;
+  count_ = mark.count;
+  sent_relations_ = mark.sent_relations;
+  sent_types_ = mark.sent_types;
+  return {};
+}
+
 Result<BuiltEntry> TransactionBuilder::finish(Lsn commit_lsn, Lsn end_lsn) {
   if (!open_) return not_open("finish a transaction");
   header_.commit_lsn = commit_lsn;

@@ -102,6 +102,18 @@ class TransactionBuilder {
   // Drops the open transaction and its spill file.
   void abort();
 
+  // A point in the open transaction to go back to: where a subtransaction's changes begin.
+  struct Mark {
+    std::uint64_t size = 0;
+    std::uint32_t count = 0;
+    std::unordered_map<pgoutput::Oid, std::uint64_t> sent_relations;
+    std::unordered_map<pgoutput::Oid, std::uint64_t> sent_types;
+  };
+  Mark mark() const { return Mark{size_, count_, sent_relations_, sent_types_}; }
+  // Drops every record added since `mark` was taken (a subtransaction rolled back), in memory
+  // or in the spill file; the Relations they brought are added again where needed.
+  Status rewind(const Mark& mark);
+
   bool in_transaction() const { return open_; }
   bool spilled() const { return spill_.valid(); }
   // Encoded bytes of the open transaction so far.

@@ -28,7 +28,10 @@ from pgoutput_decode import decode_message
 ROWS = int(os.environ.get("PGRELAY_E2E_LARGE_ROWS", "150000"))
 TOAST_VALUES = int(os.environ.get("PGRELAY_E2E_LARGE_TOAST", "48"))
 BOUND_MIB = 64
-LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
+# Small enough that the upstream streams these transactions to native capture while they run
+# (the default, 64MB, would stream only ones larger than the suite's).
+LOGICAL_CONF = ("wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
+                "logical_decoding_work_mem = 4MB\n")
 # ASan keeps freed memory in quarantine (256 MiB by default) before reusing it, which would
 # count as pgrelay's own; a small quarantine keeps what is measured the program's.
 ASAN_QUARANTINE = "quarantine_size_mb=8:thread_local_quarantine_size_kb=256"
@@ -235,11 +238,18 @@ class Mode:
     def kill_while_capturing(self):
         slot, stream = self.stream()
         stream.close()  # nothing is delivered before the capture ends; the stream starts again later
-        first = self.insert_rows(ROWS)
+        first = self.next_id
+        # Native capture takes the transaction in while it runs, trigger capture after it commits:
+        # the INSERT runs beside the wait for the spill file either way.
+        failed = []
+        writer = threading.Thread(target=lambda: self.guarded(failed, self.insert_rows, ROWS), daemon=True)
+        writer.start()
         pid = self.relay.proc.pid
         wait_until(lambda: spill_files(pid, self.spill_dir), 120,
                    "pgrelay to hold a spill file of the transaction it captures", interval=0.01)
         self.kill_and_restart()
+        writer.join(120)
+        expect(not writer.is_alive() and not failed, "the INSERT committed upstream (%r)" % failed)
         _, stream = self.stream(slot)
         try:
             self.expect_whole(stream, first, ROWS, "after kill -9 while capturing", 300)
@@ -248,6 +258,13 @@ class Mode:
         finally:
             stream.close()
         self.drop_slot(slot)
+
+    @staticmethod
+    def guarded(failed, fn, *args):
+        try:
+            fn(*args)
+        except Exception as e:  # reported by the caller's check
+            failed.append(repr(e))
 
     def kill_while_serving(self):
         slot, stream = self.stream()

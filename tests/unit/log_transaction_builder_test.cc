@@ -309,6 +309,65 @@ TEST(TransactionBuilder, SpillsPastTheThresholdWithIdenticalData) {
   EXPECT_EQ(files_in(spill_dir), 0u);
 }
 
+// The whole data of a built entry, in memory or spilled.
+Bytes data_of(const BuiltEntry& e) {
+  if (!e.spill) return e.data;
+  Bytes out(e.spill->size());
+  EXPECT_TRUE(e.spill->read(0, out).ok());
+  return out;
+}
+
+// A rolled-back subtransaction: rewinding to a mark gives exactly the entry that never had
+// what came after it, whether the mark and the end lie in memory or in the spill file, and the
+// Relations first sent after the mark are sent again where needed.
+TEST(TransactionBuilder, RewindDropsWhatCameAfterTheMark) {
+  TempDir tmp;
+  SchemaCatalog cat = catalog();
+  BuilderOptions small;
+  small.spill_dir = tmp.path() + "/spill";
+  small.spill_threshold = 64 << 10;
+  small.spill_buffer = 16 << 10;
+  auto add_users = [](TransactionBuilder& b, int from, int to) {
+    for (int i = from; i < to; ++i) ASSERT_TRUE(b.add(Lsn(0x1000 + i), user_insert(i, 1000)).ok());
+  };
+  // (changes before the mark, changes rewound): marks in memory and in the spill file, ends
+  // in memory, across the spill point and in the spill file.
+  for (auto [before, rewound] :
+       {std::pair{10, 20}, std::pair{10, 150}, std::pair{100, 30}, std::pair{100, 200}}) {
+    SCOPED_TRACE("before " + std::to_string(before) + ", rewound " + std::to_string(rewound));
+    TransactionBuilder with(cat, small);
+    ASSERT_TRUE(with.begin(header(30)).ok());
+    add_users(with, 0, before);
+    const TransactionBuilder::Mark mark = with.mark();
+    ASSERT_TRUE(with.add(Lsn(0x5000), order_insert(1)).ok());  // orders' Relation, after the mark
+    add_users(with, before, before + rewound);
+    ASSERT_TRUE(with.rewind(mark).ok());
+    EXPECT_EQ(with.encoded_size(), mark.size);
+    ASSERT_TRUE(with.add(Lsn(0x6000), order_insert(2)).ok());
+    add_users(with, 400, 420);
+    auto built_with = with.finish();
+    ASSERT_TRUE(built_with.ok()) << built_with.error().to_string();
+
+    TransactionBuilder without(cat, small);
+    ASSERT_TRUE(without.begin(header(30)).ok());
+    add_users(without, 0, before);
+    ASSERT_TRUE(without.add(Lsn(0x6000), order_insert(2)).ok());
+    add_users(without, 400, 420);
+    auto built_without = without.finish();
+    ASSERT_TRUE(built_without.ok()) << built_without.error().to_string();
+
+    EXPECT_EQ(built_with->meta, built_without->meta);
+    EXPECT_EQ(data_of(*built_with), data_of(*built_without));
+  }
+  // A mark from beyond where the transaction is refused.
+  TransactionBuilder b(cat, small);
+  ASSERT_TRUE(b.begin(header(31)).ok());
+  add_users(b, 0, 5);
+  const TransactionBuilder::Mark later = b.mark();
+  ASSERT_TRUE(b.rewind(TransactionBuilder::Mark{}).ok());
+  EXPECT_FALSE(b.rewind(later).ok());
+}
+
 TEST(TransactionBuilder, AbortDropsTheSpill) {
   TempDir tmp;
   SchemaCatalog cat = catalog();

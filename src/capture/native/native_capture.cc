@@ -154,15 +154,21 @@ Status NativeCapture::connect() {
   // publication_names is a replication-grammar string holding a list of identifiers.
   const std::string publications = quoted_name(capture_publication(options_.schema)) + "," +
                                    quoted_name(keyless_capture_publication(options_.schema));
+  // Protocol 2 (PostgreSQL 14) is the first that streams transactions in progress.
+  const bool streaming =
+      options_.stream_in_progress && PQserverVersion((*session)->raw()) >= 140000;
   const std::string stream_options =
-      "proto_version '1', publication_names " + string_literal(publications) + ", messages 'true'";
+      std::string(streaming ? "proto_version '2', streaming 'on'" : "proto_version '1'") +
+      ", publication_names " + string_literal(publications) + ", messages 'true'";
   // Postgres starts at max(this, the slot's confirmed position); what the log already holds is
   // skipped there, and by commit LSN below for anything the slot had not been told.
   auto stream = ReplicationStream::start(std::move(*session), options_.slot, log_.last_end_lsn(),
                                          stream_options);
   if (!stream.ok()) return stream.error();
   stream_ = std::move(*stream);
-  decoder_.emplace(pgoutput::DecoderOptions{});
+  pgoutput::DecoderOptions decoding;
+  decoding.protocol_version = streaming ? 2 : 1;
+  decoder_.emplace(decoding);
   appended_end_ = log_.last_end_lsn();
   reported_ = Lsn();
   last_status_ = std::chrono::steady_clock::now();
@@ -264,6 +270,8 @@ Status NativeCapture::handle(const wire::XLogData& data) {
   if (!decoded.ok()) return decoded.error();
   const Lsn last_commit =
       pending_.empty() ? log_.last_commit_lsn() : pending_.back().meta.commit_lsn;
+  auto streamed = handle_streamed(data, *decoded, last_commit);
+  if (!streamed.ok() || *streamed) return streamed.ok() ? Status{} : Status(streamed.error());
   return std::visit(
       [&](auto& m) -> Status {
         using T = std::decay_t<decltype(m)>;
@@ -333,11 +341,120 @@ Status NativeCapture::handle(const wire::XLogData& data) {
         } else {
           return Error::make(sqlstate::kProtocolViolation,
                              "unexpected pgoutput message from the upstream slot",
-                             "Native capture asks for protocol 1 without streaming or two-phase; "
+                             "Native capture asks for protocol 1 or 2 without two-phase; "
                              "report this as a bug.");
         }
       },
       *decoded);
+}
+
+Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput::Message& message,
+                                            Lsn last_commit) {
+  auto protocol_error = [](std::string what) {
+    return Error::make(sqlstate::kProtocolViolation, "upstream stream: " + std::move(what),
+                       "Native capture reconnects and the upstream streams it again.");
+  };
+  if (auto* start = std::get_if<pgoutput::StreamStart>(&message)) {
+    auto& t = streamed_[start->xid];
+    if (!t) {
+      if (!start->first_segment) {
+        streamed_.erase(start->xid);
+        return protocol_error("a later block of transaction " + std::to_string(start->xid) +
+                              " came before its first");
+      }
+      t = std::make_unique<StreamedTransaction>();
+      log::BuilderOptions options;
+      options.spill_dir = options_.spill_dir;
+      t->builder = std::make_unique<log::TransactionBuilder>(t->catalog, options);
+      log::TransactionHeader header;
+      header.begin_lsn = data.wal_start;  // the block's first change
+      header.xid = start->xid;
+      PGRELAY_TRY(t->builder->begin(header));
+    }
+    stream_xid_ = start->xid;
+    in_stream_ = t.get();
+    return true;
+  }
+  if (std::holds_alternative<pgoutput::StreamStop>(message)) {
+    in_stream_ = nullptr;
+    return true;
+  }
+  if (auto* commit = std::get_if<pgoutput::StreamCommit>(&message)) {
+    auto it = streamed_.find(commit->xid);
+    if (it == streamed_.end()) {
+      return protocol_error("Stream Commit of transaction " + std::to_string(commit->xid) +
+                            ", which it never streamed");
+    }
+    std::unique_ptr<StreamedTransaction> t = std::move(it->second);
+    streamed_.erase(it);
+    if (commit->commit_lsn <= last_commit) return true;  // already in the log
+    auto entry = t->builder->finish(commit->commit_lsn, commit->end_lsn);
+    if (!entry.ok()) return entry.error();
+    entry->meta.commit_time = commit->commit_time;
+    pending_bytes_ += entry->data_size();
+    pending_rows_ += t->rows;
+    ++pending_streamed_;
+    pending_.push_back(std::move(*entry));
+    return true;
+  }
+  if (auto* abort = std::get_if<pgoutput::StreamAbort>(&message)) {
+    auto it = streamed_.find(abort->xid);
+    if (it == streamed_.end()) return true;  // nothing of it was streamed
+    if (abort->subxid == abort->xid || abort->subxid == 0) {
+      streamed_.erase(it);  // its builder drops the spill file
+      return true;
+    }
+    StreamedTransaction& t = *it->second;
+    for (std::size_t i = 0; i < t.subtransactions.size(); ++i) {
+      if (t.subtransactions[i].xid != abort->subxid) continue;
+      PGRELAY_TRY(t.builder->rewind(t.subtransactions[i].mark));
+      t.rows = t.subtransactions[i].rows;
+      t.subtransactions.resize(i);
+      break;
+    }
+    return true;  // a subtransaction that changed nothing has no mark
+  }
+  if (in_stream_ == nullptr) return false;
+  StreamedTransaction& t = *in_stream_;
+  return std::visit(
+      [&](auto& m) -> Result<bool> {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, pgoutput::Relation> || std::is_same_v<T, pgoutput::Type>) {
+          // Private to the transaction until it commits: pgoutput sends it again to the others.
+          t.catalog.put(std::move(m));
+          return true;
+        } else if constexpr (std::is_same_v<T, pgoutput::Insert> ||
+                             std::is_same_v<T, pgoutput::Update> ||
+                             std::is_same_v<T, pgoutput::Delete> ||
+                             std::is_same_v<T, pgoutput::Truncate> ||
+                             std::is_same_v<T, pgoutput::LogicalMessage>) {
+          const pgoutput::Xid xid = m.xid.value_or(stream_xid_);
+          if (xid != stream_xid_ && std::none_of(t.subtransactions.begin(), t.subtransactions.end(),
+                                                 [&](const auto& sub) { return sub.xid == xid; })) {
+            t.subtransactions.push_back({xid, t.builder->mark(), t.rows});
+          }
+          if constexpr (!std::is_same_v<T, pgoutput::LogicalMessage>) {
+            ++t.rows;
+            // pgoutput sends a table's Relation in each streamed transaction before its first
+            // change there; one it did not is the one sent before, outside.
+            std::vector<pgoutput::Oid> oids;
+            if constexpr (std::is_same_v<T, pgoutput::Truncate>) {
+              oids = m.relation_oids;
+            } else {
+              oids.push_back(m.relation_oid);
+            }
+            for (pgoutput::Oid oid : oids) {
+              if (t.catalog.relation(oid) != nullptr) continue;
+              if (const pgoutput::Relation* known = catalog_.relation(oid)) t.catalog.put(*known);
+            }
+          }
+          PGRELAY_TRY(t.builder->add(data.wal_start, std::move(m)));
+          return true;
+        } else {
+          return protocol_error("a message that has no place inside a stream block");
+        }
+      },
+      message);
 }
 
 Status NativeCapture::flush_pending() {
@@ -353,11 +470,13 @@ Status NativeCapture::flush_pending() {
     ++stats_.batches;
     stats_.transactions += pending_.size();
     stats_.rows += pending_rows_;
+    stats_.streamed += pending_streamed_;
     stats_.last_lsn = pending_.back().meta.commit_lsn;
   }
   pending_.clear();
   pending_bytes_ = 0;
   pending_rows_ = 0;
+  pending_streamed_ = 0;
   if (pending_barrier_.is_valid()) {
     {
       std::lock_guard lock(mu_);
@@ -396,9 +515,12 @@ void NativeCapture::reset_stream() {
   stream_.reset();
   decoder_.reset();
   if (builder_) builder_->abort();
+  streamed_.clear();
+  in_stream_ = nullptr;
   pending_.clear();
   pending_bytes_ = 0;
   pending_rows_ = 0;
+  pending_streamed_ = 0;
   pending_barrier_ = Lsn();
   stream_position_ = Lsn();
 }

@@ -12,7 +12,14 @@
 //     the same LSNs, so a consumer that saw it sees it again, identical, and skips it by its
 //     own confirmed position. This keeps the fdatasync out of commit-to-consumer latency;
 //   - transactions read off the socket together are appended as one batch: one fdatasync for
-//     all of them, however many arrived while the previous one ran.
+//     all of them, however many arrived while the previous one ran;
+//   - a large transaction is taken in while it runs: from a PostgreSQL 14+ upstream the stream
+//     asks for protocol 2 with streaming, so the upstream sends a transaction that outgrows its
+//     logical_decoding_work_mem in blocks before its commit. Each is built (and spilled) as its
+//     blocks arrive, a subtransaction's changes are dropped at its Stream Abort, and the whole
+//     is appended at its Stream Commit, in commit order with the rest; an aborted one never
+//     reaches the log. Its commit costs then what a small transaction's does, instead of the
+//     upstream decoding it all only after the commit.
 //
 // The capture thread owns the walsender connection and reconnects with backoff when it breaks.
 // A second thread keeps pgrelay's publications mirrored (native_setup.h) every
@@ -32,6 +39,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,6 +76,8 @@ struct NativeCaptureOptions {
   // Completed transactions are appended once nothing more is waiting on the socket, or when
   // this many bytes are pending.
   std::size_t batch_bytes = 8ull << 20;
+  // Ask a PostgreSQL 14+ upstream to stream large transactions before they commit (see above).
+  bool stream_in_progress = true;
   std::chrono::milliseconds sync_timeout{60000};
   // Where errors the capture retries are reported (each new one once); may be null.
   Logger* logger = nullptr;
@@ -94,6 +104,8 @@ class NativeCapture {
 
   struct Stats {
     std::uint64_t transactions = 0, rows = 0, batches = 0, reconnects = 0;
+    // Of `transactions`, those the upstream streamed before they committed.
+    std::uint64_t streamed = 0;
     Lsn last_lsn;       // commit LSN of the last transaction appended
     Lsn confirmed_lsn;  // what the upstream slot was last told is flushed
     std::string last_error;
@@ -111,6 +123,9 @@ class NativeCapture {
   // Reads and handles frames until an error (or stop()).
   Status pump();
   Status handle(const wire::XLogData& data);
+  // The messages of streamed (still running) transactions; false when `message` is none.
+  Result<bool> handle_streamed(const wire::XLogData& data, pgoutput::Message& message,
+                               Lsn last_commit);
   // Appends the completed transactions waiting in pending_ and signals a barrier read.
   Status flush_pending();
   Status report_progress();
@@ -132,14 +147,33 @@ class NativeCapture {
   log::TransactionHeader open_header_;
   std::vector<log::BuiltEntry> pending_;
   std::uint64_t pending_bytes_ = 0;
-  std::uint64_t pending_rows_ = 0;  // data changes in pending_
-  std::uint64_t open_rows_ = 0;     // data changes in the open transaction
+  std::uint64_t pending_rows_ = 0;      // data changes in pending_
+  std::uint64_t open_rows_ = 0;         // data changes in the open transaction
+  std::uint64_t pending_streamed_ = 0;  // transactions in pending_ that arrived streamed
   Lsn appended_end_;  // end LSN of the last entry appended (visible, maybe not durable)
   Lsn reported_;      // the position last confirmed upstream
   // A keepalive's position received outside a transaction: every commit before it has been
   // read, so the slot may be confirmed there once pending_ is durable.
   Lsn stream_position_;
   Lsn pending_barrier_;  // the last barrier read, reached once pending_ is durable
+
+  // A transaction the upstream streams while it runs.
+  struct StreamedTransaction {
+    log::SchemaCatalog catalog;  // the Relations and Types its blocks sent
+    std::unique_ptr<log::TransactionBuilder> builder;
+    // Where each subtransaction's changes begin, in order: its Stream Abort drops those and
+    // every later one (which are its own or its children's).
+    struct Subtransaction {
+      pgoutput::Xid xid = 0;
+      log::TransactionBuilder::Mark mark;
+      std::uint64_t rows = 0;
+    };
+    std::vector<Subtransaction> subtransactions;
+    std::uint64_t rows = 0;
+  };
+  std::map<pgoutput::Xid, std::unique_ptr<StreamedTransaction>> streamed_;
+  pgoutput::Xid stream_xid_ = 0;  // the block being read, when in_stream_
+  StreamedTransaction* in_stream_ = nullptr;
   std::chrono::steady_clock::time_point last_status_{};
   bool connected_before_ = false;
 
