@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   o.poller.conninfo = argv[1];
   o.poller.spill_dir = argv[3];
   for (int i = 4; i < argc; ++i) o.install.tables.push_back({"public", argv[i]});
+  // Small parts: the backlog each restart finds is appended in many, so kills land between
+  // them (a snapshot partly in the log, finished by the next life).
+  o.poller.batch_entries = 8;
   // Often enough that the periodic sync's publication markers meet the kills.
   o.detect_interval = std::chrono::milliseconds(100);
   auto svc = capture::CaptureService::start(o, **log);

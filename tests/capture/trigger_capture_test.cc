@@ -1,6 +1,9 @@
 // Trigger capture against a real PostgreSQL 15: installer, exact text values, snapshot batching.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
 #include <stdlib.h>
+#include <csignal>
 
 #include <filesystem>
 #include <memory>
@@ -107,8 +110,9 @@ class TriggerCaptureTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.error().to_string();
   }
 
-  void start_poller(const std::string& conninfo = {}) {
+  void start_poller(const std::string& conninfo = {}, std::size_t batch_entries = 10000) {
     PollerOptions o;
+    o.batch_entries = batch_entries;
     o.conninfo = conninfo.empty() ? server_->conninfo() : conninfo;
     o.spill_dir = dir_ + "/spill";
     auto p = TriggerPoller::open(o, *log_);
@@ -155,14 +159,27 @@ class TriggerCaptureTest : public ::testing::Test {
 PgServer* TriggerCaptureTest::server_ = nullptr;
 
 TEST(CheckpointTest, RoundTripsAndRejectsGarbage) {
-  CheckpointState s{"10:20:12,15", Lsn(0x1'0000'0010)};
+  CheckpointState s{"10:20:12,15", Lsn(0x1'0000'0010), std::nullopt, ""};
   auto back = decode_checkpoint(encode_checkpoint(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->snapshot, s.snapshot);
   EXPECT_EQ(back->upstream_lsn, s.upstream_lsn);
+  EXPECT_FALSE(back->through);
+  // A partial one: part of the snapshot, after a previous one (or none, before the first).
+  for (std::string previous : {"5:9:7", ""}) {
+    CheckpointState p{"10:20:12,15", Lsn(0x1'0000'0010), 4711, previous};
+    auto partial = decode_checkpoint(encode_checkpoint(p));
+    ASSERT_TRUE(partial.ok()) << partial.error().to_string();
+    EXPECT_EQ(partial->snapshot, p.snapshot);
+    EXPECT_EQ(partial->through, std::optional<std::int64_t>(4711));
+    EXPECT_EQ(partial->previous, previous);
+  }
   for (std::string bad :
        {"", "pgrelay-trigger-checkpoint 1\n", "pgrelay-trigger-checkpoint 1\n1:2:\n",
-        "pgrelay-trigger-checkpoint 1\n1:2:\nzz\n", "other\n1:2:\n0/1\n"}) {
+        "pgrelay-trigger-checkpoint 1\n1:2:\nzz\n", "other\n1:2:\n0/1\n",
+        "pgrelay-trigger-checkpoint 1\n1:2:\n0/1\npartial x\n1:1:\n",
+        "pgrelay-trigger-checkpoint 1\n1:2:\n0/1\nwhole 5\n1:1:\n",
+        "pgrelay-trigger-checkpoint 1\n1:2:\n0/1\npartial 5\n"}) {
     auto r =
         decode_checkpoint(ByteView(reinterpret_cast<const std::uint8_t*>(bad.data()), bad.size()));
     EXPECT_FALSE(r.ok()) << bad;
@@ -728,6 +745,89 @@ TEST_F(TriggerCaptureTest, RestartAfterCrashBetweenAppendAndDeleteHasNoDuplicate
   const std::int64_t now = std::stoll(
       server_->scalar("SELECT ((extract(epoch FROM now()) - 946684800) * 1000000)::int8"));
   EXPECT_LE(std::llabs(now - log.back().header.commit_time), 60'000'000);
+}
+
+// A backlog is appended in parts (here of 3 entries), each with a partial checkpoint. A poll
+// that fails between two parts (the disk fills) leaves the log holding part of its snapshot,
+// and nothing is released; the next poll, in the same process or after a restart, reads the
+// rest of that snapshot before anything newer: every transaction and message once, in order.
+TEST_F(TriggerCaptureTest, ABacklogIsAppendedInPartsAndAPollCutShortIsFinished) {
+  create_table("bl", "(id int PRIMARY KEY, v text)");
+  install_tables({"bl"});
+  start_poller({}, /*batch_entries=*/3);
+  std::vector<std::string> expected;  // "i:ID" for an insert, "m:TEXT" for a message
+  int next = 1;
+  auto backlog = [&](int transactions) {
+    for (int i = 0; i < transactions; ++i, ++next) {
+      server_->exec("INSERT INTO bl VALUES (" + std::to_string(next) + ", repeat('v', 200))");
+      expected.push_back("i:" + std::to_string(next));
+      if (next % 7 == 0) {
+        server_->exec("SELECT _pgrelay.emit_message(false, 'backlog', 'after " +
+                      std::to_string(next) + "')");
+        expected.push_back("m:after " + std::to_string(next));
+      }
+    }
+  };
+  auto logged = [&] {
+    std::vector<std::string> out;
+    Lsn last;
+    for (const auto& t : read_log()) {
+      EXPECT_GT(t.header.commit_lsn, last);
+      last = t.header.commit_lsn;
+      for (const auto& c : t.changes) {
+        if (auto* insert = std::get_if<pgoutput::Insert>(&c.message)) {
+          out.push_back("i:" + *texts(insert->new_tuple)[0]);
+        } else if (auto* message = std::get_if<pgoutput::LogicalMessage>(&c.message)) {
+          out.push_back("m:" + message->content);
+        }
+      }
+    }
+    return out;
+  };
+  // Fails the next poll partway, with the log's segment allowed `room` more bytes.
+  auto poll_with_full_disk = [&](std::uint64_t room) {
+    const auto size = fs::file_size(log_->segment_path(1));
+    struct rlimit old_limit;
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = old_limit;
+    limit.rlim_cur = size + room;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+    auto cut = poller_->poll();
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_FALSE(cut.ok());
+  };
+
+  backlog(30);
+  poll_with_full_disk(3000);
+  EXPECT_TRUE(poller_->partly_captured());
+  const std::size_t first_parts = logged().size();
+  EXPECT_GT(first_parts, 0u);
+  EXPECT_LT(first_parts, expected.size());
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "34");  // none released
+  backlog(1);  // newer than the snapshot being finished
+  PollStats finished = poll();
+  EXPECT_FALSE(poller_->partly_captured());
+  EXPECT_EQ(finished.transactions + finished.messages, 34 - first_parts);
+  poll();
+  EXPECT_EQ(logged(), expected);
+
+  // The same cut, then a restart from the log (as after kill -9).
+  backlog(30);
+  poll_with_full_disk(3000);
+  EXPECT_TRUE(poller_->partly_captured());
+  poller_.reset();
+  log_.reset();
+  open_log();
+  start_poller({}, 3);
+  EXPECT_TRUE(poller_->partly_captured());
+  backlog(2);
+  poll();
+  EXPECT_FALSE(poller_->partly_captured());
+  poll();
+  EXPECT_EQ(logged(), expected);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ struct ChangeRow {
   std::optional<std::string> info;
   std::string content;
   std::optional<std::int64_t> commit_time;
+  std::int64_t unit_order = 0;  // the log order of its transaction (or message)
 };
 
 }  // namespace
@@ -286,6 +287,9 @@ Result<ChangeRow> parse_change_row(const QueryResult& r) {
   row.info = r.get(0, 12);
   if (!r.is_null(0, 13)) row.content = std::string(r.value(0, 13));
   if (!r.is_null(0, 14)) row.commit_time = parse_int<std::int64_t>(r.value(0, 14));
+  auto order = parse_int<std::int64_t>(r.value(0, 15));
+  if (!order) return bad("malformed log order in the change table");
+  row.unit_order = *order;
   return row;
 }
 
@@ -319,6 +323,7 @@ class EntryAssembler {
                                  row.info.value_or(std::string()), row.content};
       auto entry = log::build_message_entry(h, Lsn(offset_), std::move(m));
       if (!entry.ok()) return entry.error();
+      memory_bytes_ += entry->data.size();
       built_.push_back(std::move(*entry));
       offset_ = h.end_lsn.value();
       ++stats.messages;
@@ -374,6 +379,7 @@ class EntryAssembler {
     const Lsn commit(offset_ + changes_);
     auto entry = builder_.finish(commit, commit + 1);
     if (!entry.ok()) return entry.error();
+    memory_bytes_ += entry->data.size();
     built_.push_back(std::move(*entry));
     offset_ = commit.value() + 1;
     return {};
@@ -382,6 +388,16 @@ class EntryAssembler {
   std::vector<log::BuiltEntry>& built() { return built_; }
   // The offset past the last entry (where a checkpoint after them goes).
   std::uint64_t offset() const { return offset_; }
+  // The bytes the finished entries hold in memory (a spilled one holds none).
+  std::size_t memory_bytes() const { return memory_bytes_; }
+  // Once the finished entries are appended (no transaction open): the next ones' LSNs are
+  // offsets from `predicted` again.
+  void rebase(Lsn predicted) {
+    built_.clear();
+    memory_bytes_ = 0;
+    offset_ = 0;
+    predicted_ = predicted;
+  }
 
  private:
   // The change held back in case the next row's TRUNCATE merges into it goes into the builder.
@@ -413,6 +429,7 @@ class EntryAssembler {
   Lsn predicted_;
   std::int64_t poll_time_;
   std::vector<log::BuiltEntry> built_;
+  std::size_t memory_bytes_ = 0;
   std::uint64_t offset_ = 0;
   bool open_ = false;
   std::uint64_t xid_ = 0;
@@ -425,6 +442,9 @@ class EntryAssembler {
 Bytes encode_checkpoint(const CheckpointState& state) {
   std::string s(kCheckpointMagic);
   s += state.snapshot + "\n" + state.upstream_lsn.to_string() + "\n";
+  if (state.through) {
+    s += "partial " + std::to_string(*state.through) + "\n" + state.previous + "\n";
+  }
   return Bytes(s.begin(), s.end());
 }
 
@@ -434,15 +454,26 @@ Result<CheckpointState> decode_checkpoint(ByteView data) {
                                     "the log's capture checkpoint is not a trigger checkpoint");
   if (s.substr(0, kCheckpointMagic.size()) != kCheckpointMagic) return corrupt;
   s.remove_prefix(kCheckpointMagic.size());
-  const auto nl = s.find('\n');
-  if (nl == std::string_view::npos || nl == 0) return corrupt;
+  std::vector<std::string_view> lines;
+  while (!s.empty()) {
+    const auto nl = s.find('\n');
+    if (nl == std::string_view::npos) return corrupt;
+    lines.push_back(s.substr(0, nl));
+    s.remove_prefix(nl + 1);
+  }
+  if ((lines.size() != 2 && lines.size() != 4) || lines[0].empty()) return corrupt;
   CheckpointState state;
-  state.snapshot = std::string(s.substr(0, nl));
-  s.remove_prefix(nl + 1);
-  if (s.empty() || s.back() != '\n') return corrupt;
-  auto lsn = Lsn::parse(s.substr(0, s.size() - 1));
+  state.snapshot = std::string(lines[0]);
+  auto lsn = Lsn::parse(lines[1]);
   if (!lsn) return corrupt;
   state.upstream_lsn = *lsn;
+  if (lines.size() == 4) {
+    constexpr std::string_view kPartial = "partial ";
+    if (lines[2].substr(0, kPartial.size()) != kPartial) return corrupt;
+    state.through = parse_int<std::int64_t>(lines[2].substr(kPartial.size()));
+    if (!state.through) return corrupt;
+    state.previous = std::string(lines[3]);
+  }
   return state;
 }
 
@@ -476,10 +507,14 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
   if (auto cp = log.last_checkpoint()) {
     auto state = decode_checkpoint(*cp);
     if (!state.ok()) return state.error();
-    p->prev_snapshot_ = state->snapshot;
-    p->persisted_snapshot_ = state->snapshot;
+    const std::string& complete = state->through ? state->previous : state->snapshot;
+    p->prev_snapshot_ = complete;
+    p->persisted_snapshot_ = complete;
+    if (state->through) {
+      p->partial_ = Partial{state->snapshot, state->upstream_lsn, *state->through};
+    }
     // Rows appended before a crash may still be upstream.
-    p->release_pending_ = true;
+    p->release_pending_ = !complete.empty();
   }
   return p;
 }
@@ -599,33 +634,49 @@ Result<std::unique_ptr<RowStream>> TriggerPoller::read_changes(bool releasing) {
           ? "((extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(pg_catalog.xid(c.xid)))"
             " - 946684800) * 1000000)::int8::text"
           : "NULL::text";
-  sql +=
-      "head AS MATERIALIZED (SELECT pg_catalog.pg_current_snapshot() AS snap, "
-      "pg_catalog.pg_current_wal_insert_lsn() AS wal, "
-      "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8 AS t) "
-      "SELECT h.snap::text, h.wal::text, h.t::text, c.xid::text, c.seq::text, "
-      "c.rel::pg_catalog.int8::text, c.op::text, c.layout::text, c.old_kind::text, c.old_row, "
-      "c.new_row, pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, c.commit_ts "
-      "FROM head h LEFT JOIN LATERAL (SELECT c.*, " +
-      commit_ts +
-      " AS commit_ts, "
-      // A transaction sorts by its last sequence value; a non-transactional message by its
-      // own, and before its own transaction, whose commit came after it.
-      "CASE WHEN c.op = 'm' THEN least(c.seq, max(c.seq) FILTER (WHERE c.op <> 'm') "
-      "OVER (PARTITION BY c.xid)) ELSE max(c.seq) FILTER (WHERE c.op <> 'm') "
-      "OVER (PARTITION BY c.xid) END AS unit_order FROM " +
-      changes_table_ + " c WHERE pg_catalog.pg_visible_in_snapshot(c.xid, h.snap)";
+  // While a snapshot is partly in the log, the poll reads the rest of it: in that snapshot, at
+  // its WAL position, past the log order the log got to.
+  std::string snap = "pg_catalog.pg_current_snapshot()";
+  std::string wal = "pg_catalog.pg_current_wal_insert_lsn()";
+  if (partial_) {
+    params.push_back(partial_->snapshot);
+    snap = "$" + std::to_string(params.size()) + "::pg_catalog.pg_snapshot";
+    params.push_back(partial_->upstream_lsn.to_string());
+    wal = "$" + std::to_string(params.size()) + "::pg_catalog.pg_lsn";
+  }
+  sql += "head AS MATERIALIZED (SELECT " + snap + " AS snap, " + wal +
+         " AS wal, "
+         "((extract(epoch FROM pg_catalog.now()) - 946684800) * 1000000)::int8 AS t) "
+         "SELECT h.snap::text, h.wal::text, h.t::text, c.xid::text, c.seq::text, "
+         "c.rel::pg_catalog.int8::text, c.op::text, c.layout::text, c.old_kind::text, c.old_row, "
+         "c.new_row, pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, c.commit_ts, "
+         "c.unit_order::text "
+         "FROM head h LEFT JOIN LATERAL (SELECT * FROM (SELECT c.*, " +
+         commit_ts +
+         " AS commit_ts, "
+         // A transaction sorts by its last sequence value; a non-transactional message by its
+         // own, and before its own transaction, whose commit came after it.
+         "CASE WHEN c.op = 'm' THEN least(c.seq, max(c.seq) FILTER (WHERE c.op <> 'm') "
+         "OVER (PARTITION BY c.xid)) ELSE max(c.seq) FILTER (WHERE c.op <> 'm') "
+         "OVER (PARTITION BY c.xid) END AS unit_order FROM " +
+         changes_table_ + " c WHERE pg_catalog.pg_visible_in_snapshot(c.xid, h.snap)";
   if (!prev_snapshot_.empty()) {
     params.push_back(prev_snapshot_);
     const std::string prev = "$" + std::to_string(params.size()) + "::pg_catalog.pg_snapshot";
     sql += " AND c.xid >= pg_catalog.pg_snapshot_xmin(" + prev +
            ") AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, " + prev + ")";
   }
+  sql += ") c";
+  if (partial_) {
+    params.push_back(std::to_string(partial_->through));
+    sql += " WHERE c.unit_order > $" + std::to_string(params.size()) + "::int8";
+  }
   sql += ") c ON true ORDER BY c.unit_order, c.op <> 'm', c.seq";
-  // Each shape (releasing, bounded below, after a previous snapshot) is planned once.
+  // Each shape (releasing, bounded below, after a previous snapshot, the rest of a snapshot)
+  // is planned once.
   const std::string name = std::string("pgrelay_poll_") + (releasing ? "r" : "") +
                            (released_floor_.empty() || !releasing ? "" : "f") +
-                           (prev_snapshot_.empty() ? "" : "p");
+                           (prev_snapshot_.empty() ? "" : "p") + (partial_ ? "c" : "");
   return session_->stream_prepared(name, sql, params, /*binary_result=*/true);
 }
 
@@ -687,14 +738,39 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   };
   // The base is predictable (the poller is the log's only appender), which gives messages
   // their LSN.
-  const Lsn predicted = std::max(stats.upstream_lsn, log_.last_end_lsn() + 1);
+  Lsn predicted = std::max(stats.upstream_lsn, log_.last_end_lsn() + 1);
   EntryAssembler assembler(builder, layouts, use_layout, predicted, *poll_time);
+  // Appends what is finished when it passed the budget; the log then holds part of S_k.
+  std::size_t appended = 0;  // entries appended in earlier parts of this poll
+  std::optional<std::int64_t> last_order;
+  auto append_part = [&]() -> Status {
+    PGRELAY_TRY(assembler.end_transaction());
+    std::vector<log::BuiltEntry>& built = assembler.built();
+    if (built.empty()) return {};
+    CheckpointState state{stats.snapshot, stats.upstream_lsn, *last_order, prev_snapshot_};
+    auto base = append_with_checkpoint(built, assembler.offset(), state, predicted, *poll_time);
+    if (!base.ok()) return base.error();
+    if (!stats.base.is_valid()) stats.base = *base;
+    stats.last_lsn = *base + built.back().meta.commit_lsn.value();
+    appended += built.size();
+    partial_ = Partial{stats.snapshot, stats.upstream_lsn, *last_order};
+    predicted = log_.last_end_lsn() + 1;
+    assembler.rebase(predicted);
+    return {};
+  };
   for (bool more = !stream.row().is_null(0, 3); more;) {
     auto row = parse_change_row(stream.row());
     if (!row.ok()) return row.error();
     if (stale_is_miss && row->rel != 0 && !layouts.contains({row->rel, row->layout})) {
       return Attempt::kStaleLayouts;  // the stream reads (and drops) the rest as it goes
     }
+    // Every entry of a log order before this row's is finished: a part may end here.
+    if (last_order && row->unit_order != *last_order &&
+        (assembler.built().size() >= options_.batch_entries ||
+         assembler.memory_bytes() >= options_.batch_bytes)) {
+      PGRELAY_TRY(append_part());
+    }
+    last_order = row->unit_order;
     ++stats.rows;
     auto outcome = assembler.add(*row, skip_unfit, stats);
     if (!outcome.ok()) return outcome.error();
@@ -708,35 +784,48 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   // The statement ran to its end: its release of the persisted snapshot's rows happened.
   if (releasing) released();
   std::vector<log::BuiltEntry>& built = assembler.built();
-  stats.transactions = built.size() - stats.messages;
+  stats.transactions = appended + built.size() - stats.messages;
   if (in_transaction) {
     rollback.active = false;
     PGRELAY_TRY(s.run("COMMIT"));
   }
 
-  if (built.empty()) {
+  if (built.empty() && !partial_) {
     // Nothing to persist: the transactions new in S_k wrote no rows, so resuming from the older
     // checkpoint would find nothing more either.
     prev_snapshot_ = stats.snapshot;
     return Attempt::kDone;
   }
-  const Bytes checkpoint = encode_checkpoint({stats.snapshot, stats.upstream_lsn});
+  // The rest of S_k, and a checkpoint that says S_k is whole (alone, when the parts held it all).
+  CheckpointState whole;
+  whole.snapshot = stats.snapshot;
+  whole.upstream_lsn = stats.upstream_lsn;
+  auto base = append_with_checkpoint(built, assembler.offset(), whole, predicted, *poll_time);
+  if (!base.ok()) return base.error();
+  if (!built.empty()) {
+    if (!stats.base.is_valid()) stats.base = *base;
+    stats.last_lsn = *base + built.back().meta.commit_lsn.value();
+  }
+  partial_.reset();
+  prev_snapshot_ = stats.snapshot;
+  persisted_snapshot_ = stats.snapshot;
+  release_pending_ = true;
+  return Attempt::kDone;
+}
+
+Result<Lsn> TriggerPoller::append_with_checkpoint(std::vector<log::BuiltEntry>& built,
+                                                  std::uint64_t end, const CheckpointState& state,
+                                                  Lsn predicted, std::int64_t time) {
+  const Bytes checkpoint = encode_checkpoint(state);
   std::vector<log::PendingEntry> batch;
   batch.reserve(built.size() + 1);
   for (const auto& e : built) batch.push_back(e.pending());
   log::EntryMeta cp_meta;
   cp_meta.kind = log::EntryKind::kCheckpoint;
-  cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(assembler.offset());
-  cp_meta.commit_time = *poll_time;
+  cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(end);
+  cp_meta.commit_time = time;
   batch.push_back(log::PendingEntry{cp_meta, checkpoint, nullptr});
-  auto base = log_.append_assigning(batch, predicted);
-  if (!base.ok()) return base.error();
-  stats.base = *base;
-  stats.last_lsn = *base + built.back().meta.commit_lsn.value();
-  prev_snapshot_ = stats.snapshot;
-  persisted_snapshot_ = stats.snapshot;
-  release_pending_ = true;
-  return Attempt::kDone;
+  return log_.append_assigning(batch, predicted);
 }
 
 Status TriggerPoller::release() {

@@ -8,6 +8,14 @@
 // After a crash the poller resumes from the checkpoint: rows still upstream whose transactions
 // are visible in it are old, not new, and are only deleted.
 //
+// Memory stays bounded however much a poll finds: its rows stream in one at a time (a large
+// transaction spills while it is built), and once the finished entries pass a budget
+// (PollerOptions::batch_entries, batch_bytes) they are appended as a part, with a partial
+// checkpoint: S_k, S_{k-1} and the log order of the last transaction in the part. The log then
+// holds what S_{k-1} sees plus what is new in S_k up to that order; after a crash (or an error)
+// the next poll reads the rest of S_k, in S_k, before any later snapshot. Rows are released
+// only for complete snapshots.
+//
 // Rows are decoded with the layout version they were stamped with (see installer.h); a Relation
 // goes before a table's first change in each transaction and again when the layout changes.
 // Logical messages: transactional ones are changes of their transaction; a non-transactional
@@ -37,6 +45,10 @@ struct PollerOptions {
   std::string schema = "_pgrelay";
   // Where transactions too large for memory are spilled while assembled.
   std::string spill_dir;
+  // A poll appends its finished entries in parts of about this many (or this many bytes held
+  // in memory), so that a backlog of any size is never held whole (see the top of this file).
+  std::size_t batch_entries = 10000;
+  std::size_t batch_bytes = 8ull << 20;
 };
 
 struct PollStats {
@@ -60,6 +72,10 @@ struct PollStats {
 struct CheckpointState {
   std::string snapshot;  // pg_snapshot text "xmin:xmax:xip,..."
   Lsn upstream_lsn;
+  // Set when the log holds only part of `snapshot`: what `previous` (S_{k-1}, empty before the
+  // first poll) sees, and the transactions new in `snapshot` up to log order `through`.
+  std::optional<std::int64_t> through;
+  std::string previous;
 };
 Bytes encode_checkpoint(const CheckpointState& state);
 Result<CheckpointState> decode_checkpoint(ByteView data);
@@ -90,6 +106,8 @@ class TriggerPoller {
   // otherwise each transaction gets the time of the poll that found it.
   bool commit_timestamps() const { return commit_timestamps_; }
   const std::string& last_snapshot() const { return prev_snapshot_; }
+  // Whether the log holds only part of a poll's snapshot: the next poll reads the rest first.
+  bool partly_captured() const { return partial_.has_value(); }
   PgSession& session() { return *session_; }
 
  private:
@@ -111,8 +129,13 @@ class TriggerPoller {
   Status reload_layouts();
 
   // S_k's head and the change rows new in it, in log order, as they arrive; with `releasing`,
-  // the same statement deletes the rows of the persisted snapshot (see release()).
+  // the same statement deletes the rows of the persisted snapshot (see release()). While a
+  // snapshot is partly appended, its rest instead.
   Result<std::unique_ptr<RowStream>> read_changes(bool releasing);
+  // Appends `built` (LSNs relative to `predicted`) and a checkpoint of `state`, in one batch.
+  Result<Lsn> append_with_checkpoint(std::vector<log::BuiltEntry>& built, std::uint64_t end,
+                                     const CheckpointState& state, Lsn predicted,
+                                     std::int64_t time);
   // The condition selecting the rows release() deletes; appends its parameters.
   std::string released_rows(Params& params) const;
   // Records that release() (or read_changes(true)) deleted them.
@@ -129,6 +152,13 @@ class TriggerPoller {
   bool release_pending_ = false;
   // The persisted snapshot of the last release; empty until one ran in this process.
   std::string released_floor_;
+  // The snapshot the log holds part of, and how far (see the top of this file).
+  struct Partial {
+    std::string snapshot;
+    Lsn upstream_lsn;
+    std::int64_t through = 0;
+  };
+  std::optional<Partial> partial_;
   log::SchemaCatalog catalog_;
   // The layout version whose Relation catalog_ holds, per table.
   std::map<std::uint32_t, std::int32_t> catalog_layouts_;
