@@ -323,7 +323,7 @@ class EntryAssembler {
                                  row.info.value_or(std::string()), row.content};
       auto entry = log::build_message_entry(h, Lsn(offset_), std::move(m));
       if (!entry.ok()) return entry.error();
-      memory_bytes_ += entry->data.size();
+      data_bytes_ += entry->data_size();
       built_.push_back(std::move(*entry));
       offset_ = h.end_lsn.value();
       ++stats.messages;
@@ -379,7 +379,7 @@ class EntryAssembler {
     const Lsn commit(offset_ + changes_);
     auto entry = builder_.finish(commit, commit + 1);
     if (!entry.ok()) return entry.error();
-    memory_bytes_ += entry->data.size();
+    data_bytes_ += entry->data_size();
     built_.push_back(std::move(*entry));
     offset_ = commit.value() + 1;
     return {};
@@ -388,13 +388,13 @@ class EntryAssembler {
   std::vector<log::BuiltEntry>& built() { return built_; }
   // The offset past the last entry (where a checkpoint after them goes).
   std::uint64_t offset() const { return offset_; }
-  // The bytes the finished entries hold in memory (a spilled one holds none).
-  std::size_t memory_bytes() const { return memory_bytes_; }
+  // The data of the finished entries, in memory or spilled (each spilled one holds a file open).
+  std::uint64_t data_bytes() const { return data_bytes_; }
   // Once the finished entries are appended (no transaction open): the next ones' LSNs are
   // offsets from `predicted` again.
   void rebase(Lsn predicted) {
     built_.clear();
-    memory_bytes_ = 0;
+    data_bytes_ = 0;
     offset_ = 0;
     predicted_ = predicted;
   }
@@ -429,7 +429,7 @@ class EntryAssembler {
   Lsn predicted_;
   std::int64_t poll_time_;
   std::vector<log::BuiltEntry> built_;
-  std::size_t memory_bytes_ = 0;
+  std::uint64_t data_bytes_ = 0;
   std::uint64_t offset_ = 0;
   bool open_ = false;
   std::uint64_t xid_ = 0;
@@ -544,6 +544,12 @@ Result<PollStats> TriggerPoller::capture_in_snapshot(const std::string& snapshot
 }
 
 Result<PollStats> TriggerPoller::capture_with_sync(const std::string& snapshot_name) {
+  // A snapshot partly in the log is finished first: a capture in an exported snapshot must
+  // leave the log holding exactly what that snapshot sees.
+  if (partial_ && !snapshot_name.empty()) {
+    auto rest = capture_with_sync(std::string());
+    if (!rest.ok()) return rest;
+  }
   // Rows decode while they stream in, so the layouts must be known before the read. A row
   // stamped with a version not cached (DDL or a new table since the last load) ends the
   // attempt: the layouts are loaded again, and the next attempt knows every version recorded
@@ -767,7 +773,7 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
     // Every entry of a log order before this row's is finished: a part may end here.
     if (last_order && row->unit_order != *last_order &&
         (assembler.built().size() >= options_.batch_entries ||
-         assembler.memory_bytes() >= options_.batch_bytes)) {
+         assembler.data_bytes() >= options_.batch_bytes)) {
       PGRELAY_TRY(append_part());
     }
     last_order = row->unit_order;

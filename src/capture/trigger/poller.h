@@ -45,8 +45,9 @@ struct PollerOptions {
   std::string schema = "_pgrelay";
   // Where transactions too large for memory are spilled while assembled.
   std::string spill_dir;
-  // A poll appends its finished entries in parts of about this many (or this many bytes held
-  // in memory), so that a backlog of any size is never held whole (see the top of this file).
+  // A poll appends its finished entries in parts of about this many, or of this many bytes (in
+  // memory, or in spill files it holds open), so that a backlog of any size is never held
+  // whole (see the top of this file).
   std::size_t batch_entries = 10000;
   std::size_t batch_bytes = 8ull << 20;
 };

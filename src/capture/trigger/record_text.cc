@@ -1,7 +1,28 @@
 // Splits a composite value's text output (record_out, e.g. `NEW::text`) back into its fields.
 #include "capture/trigger/record_text.h"
 
+#include <cstring>
+
 namespace pgrelay::capture {
+namespace {
+
+// The first of `chars` in text at or after `from`, or npos. One memchr per character, each
+// stopping at the nearest found so far: a few vector scans instead of a test per byte (as
+// string_view::find_first_of makes).
+std::size_t find_first(std::string_view text, std::size_t from, std::string_view chars) {
+  const char* begin = text.data();
+  const char* nearest = begin + text.size();
+  for (char c : chars) {
+    const std::size_t length = static_cast<std::size_t>(nearest - (begin + from));
+    if (const void* at = std::memchr(begin + from, c, length)) {
+      nearest = static_cast<const char*>(at);
+    }
+  }
+  return nearest == begin + text.size() ? std::string_view::npos
+                                        : static_cast<std::size_t>(nearest - begin);
+}
+
+}  // namespace
 
 Result<Fields> parse_record_text(std::string_view text, std::size_t expected) {
   auto malformed = [&](const char* why) {
@@ -12,21 +33,36 @@ Result<Fields> parse_record_text(std::string_view text, std::size_t expected) {
     return malformed("not enclosed in parentheses");
   }
   Fields out;
+  out.reserve(expected);
   if (text == "()" && expected == 0) return out;
   const std::string_view body = text.substr(1, text.size() - 2);
+  constexpr std::string_view kSpecial = ",\"\\";
   std::size_t i = 0;
   while (true) {
-    // One field: up to the next comma outside quotes, or the end.
-    std::string value;
-    bool quoted_or_escaped = false;
-    bool any = false;
-    while (i < body.size() && (body[i] != ',')) {
-      const char c = body[i];
-      if (c == '"') {
-        quoted_or_escaped = true;
+    // Most fields have no quote or backslash: the bytes up to the comma, or NULL when none.
+    const std::size_t special = find_first(body, i, kSpecial);
+    if (special == std::string_view::npos || body[special] == ',') {
+      const std::size_t end = special == std::string_view::npos ? body.size() : special;
+      if (end == i) {
+        out.emplace_back(std::nullopt);
+      } else {
+        out.emplace_back(std::string(body.substr(i, end - i)));
+      }
+      if (special == std::string_view::npos) break;
+      i = end + 1;
+      continue;
+    }
+    // A quoted or escaped field (never NULL, "" included), copied a run at a time.
+    std::string value(body.substr(i, special - i));
+    i = special;
+    while (i < body.size() && body[i] != ',') {
+      if (body[i] == '"') {
         ++i;
         while (true) {
-          if (i >= body.size()) return malformed("unterminated quoted value");
+          const std::size_t stop = find_first(body, i, "\"\\");
+          if (stop == std::string_view::npos) return malformed("unterminated quoted value");
+          value.append(body.substr(i, stop - i));
+          i = stop;
           if (body[i] == '"') {
             if (i + 1 < body.size() && body[i + 1] == '"') {
               value += '"';
@@ -36,30 +72,22 @@ Result<Fields> parse_record_text(std::string_view text, std::size_t expected) {
             ++i;
             break;
           }
-          if (body[i] == '\\') {
-            if (i + 1 >= body.size()) return malformed("backslash at the end");
-            value += body[i + 1];
-            i += 2;
-            continue;
-          }
-          value += body[i++];
+          if (i + 1 >= body.size()) return malformed("backslash at the end");
+          value += body[i + 1];
+          i += 2;
         }
-      } else if (c == '\\') {
+      } else if (body[i] == '\\') {
         if (i + 1 >= body.size()) return malformed("backslash at the end");
-        quoted_or_escaped = true;
         value += body[i + 1];
         i += 2;
       } else {
-        value += c;
-        ++i;
+        const std::size_t stop = find_first(body, i, kSpecial);
+        const std::size_t end = stop == std::string_view::npos ? body.size() : stop;
+        value.append(body.substr(i, end - i));
+        i = end;
       }
-      any = true;
     }
-    if (!any && !quoted_or_escaped) {
-      out.emplace_back(std::nullopt);
-    } else {
-      out.emplace_back(std::move(value));
-    }
+    out.emplace_back(std::move(value));
     if (i >= body.size()) break;
     ++i;  // the comma
   }
