@@ -94,4 +94,21 @@ Result<Fields> parse_record_text(std::string_view text, std::size_t expected) {
   return out;
 }
 
+std::string format_record_text(const Fields& fields) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) out += ',';
+    if (!fields[i]) continue;
+    const std::string& v = *fields[i];
+    const bool quote = v.empty() || v.find_first_of("\"\\(), \t\n\r\v\f") != std::string::npos;
+    if (quote) out += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') out += c;
+      out += c;
+    }
+    if (quote) out += '"';
+  }
+  return out + ")";
+}
+
 }  // namespace pgrelay::capture

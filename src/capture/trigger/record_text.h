@@ -19,4 +19,8 @@ using Fields = std::vector<std::optional<std::string>>;  // nullopt is NULL
 // result may have another count (the caller checks it). XX001 for text record_out cannot print.
 Result<Fields> parse_record_text(std::string_view text, std::size_t expected);
 
+// The text record_out prints for `fields`, by the rules above: the inverse of
+// parse_record_text, which its tests and fuzzing check it against.
+std::string format_record_text(const Fields& fields);
+
 }  // namespace pgrelay::capture
