@@ -74,6 +74,18 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
   logger.info("trigger capture installed",
               {{"captured_tables", installed.captured_tables},
                {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
+  if (!installed.inexact_tables.empty()) {
+    std::string tables;
+    for (const auto& t : installed.inexact_tables) tables += (tables.empty() ? "" : ", ") + t;
+    logger.warning(
+        "trigger capture cannot capture partitioned tables yet: streams of the publications "
+        "that publish these are refused",
+        {{"database", upstream.dbname},
+         {"tables", tables},
+         {"hint",
+          "Publish only ordinary tables for streams through pgrelay; `pgrelay doctor` lists "
+          "the publications."}});
+  }
   return std::unique_ptr<ServeCapture>(std::move(*link));
 }
 

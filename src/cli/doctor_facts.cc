@@ -266,7 +266,8 @@ WITH pt AS (
 t AS (
   SELECT pt.oid, bool_or(pt.upd_del) AS upd_del,
     coalesce(array_agg(DISTINCT pg_catalog.quote_ident(pt.pubname)) FILTER (WHERE pt.pubviaroot),
-             '{}') AS via_root
+             '{}') AS via_root,
+    array_agg(DISTINCT pg_catalog.quote_ident(pt.pubname)) AS pubs
   FROM pt GROUP BY pt.oid)
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname),
   c.relkind::text,
@@ -285,7 +286,9 @@ SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.reln
                       WHERE a.attrelid = c.oid AND a.attnum = ANY (i.indkey) AND NOT a.attnotnull)
     ORDER BY ic.relname LIMIT 1), ''),
   t.upd_del,
-  pg_catalog.array_to_json(t.via_root)::text
+  pg_catalog.array_to_json(t.via_root)::text,
+  c.relispartition,
+  pg_catalog.array_to_json(t.pubs)::text
 FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 ORDER BY n.nspname, c.relname
@@ -307,6 +310,8 @@ Status read_tables(PGconn* conn, const std::string& schema, Facts& f) {
     t.candidate_index_quoted = r->value(i, 8);
     t.publishes_update_or_delete = r->flag(i, 9);
     t.via_root_publications_quoted = r->strings(i, 10);
+    t.is_partition = r->flag(i, 11);
+    t.publications_quoted = r->strings(i, 12);
     f.tables.push_back(std::move(t));
   }
   auto owned = query(conn,

@@ -102,6 +102,8 @@ struct TableFacts {
   std::string candidate_index_quoted;  // a unique index on NOT NULL columns, if any
   bool publishes_update_or_delete = false;
   std::vector<std::string> via_root_publications_quoted;  // for relkind 'p'
+  bool is_partition = false;                              // pg_class.relispartition
+  std::vector<std::string> publications_quoted;           // that publish it
 };
 
 struct HbaRule {

@@ -15,7 +15,8 @@ namespace pgrelay::server {
 // FOR ALL TABLES publishes every table, FOR TABLES IN SCHEMA every table of the schema now or
 // later, FOR TABLE the listed tables; the operation set is the union of the publications'
 // publish actions. 42704 'publication "x" does not exist' for a missing one, as pgoutput.
-// Logical messages pass when `messages` is set. Blocking (libpq).
+// Logical messages pass when `messages` is set. Blocking (libpq). A publication that publishes a
+// partitioned table or a partition is refused (0A000): pgrelay cannot stream those exactly yet.
 //
 // On PostgreSQL 15 and later the view carries PublicationTables: per table the publish actions
 // of the publications that publish it, its column list and its row filters per action,

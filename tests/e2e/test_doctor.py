@@ -361,22 +361,28 @@ def body(env):
     env.check("row filters and column lists: OK when evaluated, else FAIL with a working fix",
               publication_filters)
 
-    def partition_root():
+    def partitioned():
         env.psql_admin("CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)")
         env.psql_admin("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)")
-        env.psql_admin("CREATE PUBLICATION pub_root FOR TABLE parted WITH (publish_via_partition_root = true)")
-        checks, out = doctor(env, su, 1)
-        expect_check(checks, "publications", "FAIL", "partitioned table public.parted",
-                     "ALTER PUBLICATION pub_root SET (publish_via_partition_root = false);")
-        expect(not serve_starts(env, su), "pgrelay serve refuses it too")
-        apply_fixes(env, su, ["publications"])
+        for via_root in ("true", "false"):
+            env.psql_admin("CREATE PUBLICATION pub_part FOR TABLE parted WITH (publish_via_partition_root = %s)"
+                           % via_root)
+            checks, out = doctor(env, su, 1)
+            # Via its root the publication lists the partitioned table, else its partitions.
+            expect_check(checks, "publications", "FAIL", "pub_part",
+                         "public.parted" if via_root == "true" else "public.parted_1",
+                         "cannot stream exactly yet", "refused (0A000)", "ordinary tables")
+            env.psql_admin("DROP PUBLICATION pub_part")
+        env.psql_admin("CREATE PUBLICATION pub_part FOR TABLE parted")
+        expect(serve_starts(env, su), "pgrelay serve starts: it only refuses that publication's streams")
+        env.psql_admin("DROP PUBLICATION pub_part")
         checks, out = doctor(env, su, 0)
-        expect_check(checks, "publications", "OK", "pub_root")
-        env.psql_admin("DROP PUBLICATION pub_root")
+        expect_check(checks, "publications", "OK")
         env.psql_admin("DROP TABLE parted")
         env.psql_admin("DROP SCHEMA IF EXISTS _pgrelay CASCADE")
 
-    env.check("a partitioned table published via its root: FAIL, and the fix works", partition_root)
+    env.check("a partitioned table, published via its root or as partitions: FAIL naming the publication; "
+              "serve still starts", partitioned)
 
     def foreign_schema_and_read_only():
         env.psql_admin("CREATE SCHEMA _pgrelay")

@@ -785,9 +785,23 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
     PGRELAY_TRY(s.run("UPDATE " + n.captured + " SET layout = 0"));
   }
   PGRELAY_TRY(s.run("SELECT set_config('pgrelay.in_sync', 'on', true)"));
-  auto synced = s.exec("SELECT " + n.schema + ".sync(true)");
+  // A table capture cannot take is left out rather than refused: the others still stream.
+  auto synced = s.exec("SELECT " + n.schema + ".sync(false)");
   if (!synced.ok()) return synced.error();
   report.captured_tables = static_cast<int>(to_u32(synced->value(0, 0)));
+  auto inexact = s.exec(
+      "SELECT DISTINCT pg_catalog.quote_ident(pt.schemaname) || '.' || "
+      "pg_catalog.quote_ident(pt.tablename) FROM " +
+      n.sources +
+      " s JOIN pg_catalog.pg_publication_tables pt "
+      "ON pt.pubname = s.publication OR s.publication = '*' "
+      "JOIN pg_catalog.pg_namespace ns ON ns.nspname = pt.schemaname "
+      "JOIN pg_catalog.pg_class c ON c.relnamespace = ns.oid AND c.relname = pt.tablename "
+      "WHERE s.publication IS NOT NULL AND (c.relkind = 'p' OR c.relispartition) ORDER BY 1");
+  if (!inexact.ok()) return inexact.error();
+  for (int i = 0; i < inexact->rows(); ++i) {
+    report.inexact_tables.emplace_back(inexact->value(i, 0));
+  }
   PGRELAY_TRY(txn.commit());
   return report;
 }

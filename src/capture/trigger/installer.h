@@ -113,6 +113,10 @@ struct InstallReport {
   bool created_schema = false;
   bool event_trigger = false;
   std::string timezone;  // the server default the trigger functions format timestamptz in
+  // Published partitioned tables and partitions, quoted: capture leaves the partitioned ones
+  // out (and would miss writes made through them on the partitions), so streams of the
+  // publications that publish them are refused until pgrelay captures them exactly.
+  std::vector<std::string> inexact_tables;
 };
 
 // Creates or brings up to date everything in one transaction; running it again with the same
