@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/strings.h"
 #include "capture/native/native_setup.h"
 #include "capture/trigger/installer.h"
 #include "cli/admin_commands.h"
@@ -336,12 +337,6 @@ Result<std::vector<std::string>> foreign_objects(capture::PgSession& s, const st
   return out;
 }
 
-std::string join_lines(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 int run_uninstall(const CaptureOptions& options) {
   // A server capturing through this schema would fail at its next poll, and whatever the
   // upstream writes until capture is back never reaches its consumers.
@@ -412,7 +407,7 @@ int run_uninstall(const CaptureOptions& options) {
         "2BP01", "schema \"" + options.schema + "\" holds objects pgrelay did not create",
         "Move them elsewhere (ALTER ... SET SCHEMA) or drop them, then uninstall again; "
         "--force drops them with the schema.",
-        join_lines(*foreign)));
+        join(*foreign)));
   }
 
   const auto start = Clock::now();
@@ -449,8 +444,7 @@ int run_uninstall(const CaptureOptions& options) {
         had_event_trigger ? (", event trigger \"" + options.schema + "_ddl\"").c_str() : "");
   }
   if (had_native) {
-    std::string slots;
-    for (const auto& slot : native_slots) slots += (slots.empty() ? "" : ", ") + slot;
+    const std::string slots = join(native_slots);
     std::printf("native capture: removed (publications \"%s\" and \"%s\", upstream slots: %s)\n",
                 capture::capture_publication(options.schema).c_str(),
                 capture::keyless_capture_publication(options.schema).c_str(),
@@ -467,7 +461,7 @@ int run_uninstall(const CaptureOptions& options) {
     auto kept = foreign_objects(s, options.schema);
     std::printf("schema \"%s\": kept%s%s\n", options.schema.c_str(),
                 kept.ok() && !kept->empty() ? ", it holds objects pgrelay did not create: " : "",
-                kept.ok() ? join_lines(*kept).c_str() : "");
+                kept.ok() ? join(*kept).c_str() : "");
   }
   std::printf(
       "The change log and slots in the data directory are kept. Changes the upstream "

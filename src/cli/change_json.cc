@@ -169,8 +169,10 @@ nlohmann::json change_json(const log::Change& change, RelationMap& relations) {
           j["replica_identity"] = std::string(1, m.replica_identity);
           nlohmann::json cols = nlohmann::json::array();
           for (const auto& c : m.columns) {
-            cols.push_back({{"name", c.name}, {"type_oid", c.type_oid},
-                            {"typmod", c.type_modifier}, {"key", (c.flags & 1) != 0}});
+            cols.push_back({{"name", c.name},
+                            {"type_oid", c.type_oid},
+                            {"typmod", c.type_modifier},
+                            {"key", (c.flags & 1) != 0}});
           }
           j["columns"] = cols;
         } else if constexpr (std::is_same_v<T, pgoutput::Type>) {
@@ -188,7 +190,8 @@ nlohmann::json change_json(const log::Change& change, RelationMap& relations) {
           j["type"] = "update";
           add_table(j, m.relation_oid, rel);
           if (m.old) {
-            j[m.old->kind == pgoutput::OldKind::kKey ? "key" : "old"] = tuple_json(m.old->tuple, rel);
+            j[m.old->kind == pgoutput::OldKind::kKey ? "key" : "old"] =
+                tuple_json(m.old->tuple, rel);
           }
           j["new"] = tuple_json(m.new_tuple, rel);
         } else if constexpr (std::is_same_v<T, pgoutput::Delete>) {

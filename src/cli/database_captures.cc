@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/strings.h"
 #include "capture/trigger/pg_session.h"
 #include "log/file_util.h"
 #include "upstream/virtual_catalog.h"
@@ -75,13 +76,11 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
               {{"captured_tables", installed.captured_tables},
                {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
   if (!installed.inexact_tables.empty()) {
-    std::string tables;
-    for (const auto& t : installed.inexact_tables) tables += (tables.empty() ? "" : ", ") + t;
     logger.warning(
         "trigger capture cannot capture partitioned tables yet: streams of the publications "
         "that publish these are refused",
         {{"database", upstream.dbname},
-         {"tables", tables},
+         {"tables", join(installed.inexact_tables)},
          {"hint",
           "Publish only ordinary tables for streams through pgrelay; `pgrelay doctor` lists "
           "the publications."}});

@@ -8,19 +8,11 @@
 #include <optional>
 #include <set>
 
+#include "base/strings.h"
 #include "capture/trigger/installer.h"
 
 namespace pgrelay::cli::doctor {
 namespace {
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += sep;
-    out += items[i];
-  }
-  return out;
-}
 
 std::vector<std::string> first_n(const std::vector<std::string>& items, std::size_t n) {
   return {items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(n, items.size()))};

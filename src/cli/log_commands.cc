@@ -147,8 +147,9 @@ int run_log_stat(const LogStatOptions& options) {
   j["bytes"] = stats.total_bytes;
   j["oldest_lsn"] = stats.oldest_lsn.to_string();
   j["newest_lsn"] = stats.newest_lsn.to_string();
-  j["newest_commit_time"] = stats.newest_time == 0 ? nlohmann::json(nullptr)
-                                                   : nlohmann::json(format_pg_time(stats.newest_time));
+  j["newest_commit_time"] = stats.newest_time == 0
+                                ? nlohmann::json(nullptr)
+                                : nlohmann::json(format_pg_time(stats.newest_time));
   j["removed_through"] = changelog.removed_through().to_string();
   j["torn_tail_bytes"] = stats.recovered_truncated_bytes;
   nlohmann::json slots = nlohmann::json::array();
@@ -179,7 +180,8 @@ int run_log_stat(const LogStatOptions& options) {
   }
   for (const auto& [key, value] : j.items()) {
     if (key == "slots") continue;
-    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : dump(value)) << '\n';
+    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : dump(value))
+              << '\n';
   }
   std::cout << "slots: " << slots.size() << '\n';
   for (const auto& s : slots) std::cout << "  " << dump(s) << '\n';

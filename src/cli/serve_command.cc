@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/logger.h"
+#include "base/strings.h"
 #include "cli/database_captures.h"
 #include "cli/pid_file.h"
 #include "log/file_util.h"
@@ -498,9 +499,7 @@ int run_serve(const ServeOptions& options) {
   (void)pid_file->publish_url(url);
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
-  std::string captured;
-  for (const auto& database : hubs.captured())
-    captured += (captured.empty() ? "" : ", ") + database;
+  const std::string captured = join(hubs.captured());
   logger.info("ready", {{"listen", host + ":" + std::to_string(bound->port())},
                         {"upstream", upstream->describe()},
                         {"private_postgres", embedded != nullptr},

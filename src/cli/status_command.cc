@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/strings.h"
 #include "cli/admin_commands.h"
 #include "cli/change_json.h"
 #include "cli/database_captures.h"
@@ -235,11 +236,6 @@ int run_status(const StatusOptions& options) {
   for (const auto& entry : read_captured_databases(dir)) {
     (entry.in_scope ? captured : left_out).push_back(entry.name);
   }
-  auto joined = [](const std::vector<std::string>& names) {
-    std::string text;
-    for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-    return text;
-  };
 
   const std::string shown_url = admin::mask_password(url);
   const char* method =
@@ -309,10 +305,10 @@ int run_status(const StatusOptions& options) {
     std::printf("server:        not running (no pgrelay serve holds %s/%s)\n", dir.c_str(),
                 admin::kPidFileName);
   }
-  std::printf("captured databases: %s\n", captured.empty() ? "none yet" : joined(captured).c_str());
+  std::printf("captured databases: %s\n", captured.empty() ? "none yet" : join(captured).c_str());
   if (!left_out.empty()) {
     std::printf("left out:      %s (captured before, not by --capture-database now; logs kept)\n",
-                joined(left_out).c_str());
+                join(left_out).c_str());
   }
   if (changelog && !stats.newest_lsn.is_valid()) {
     std::printf("log head:      %s (no transaction captured yet)\n",

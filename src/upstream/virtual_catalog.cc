@@ -806,6 +806,11 @@ Result<std::unique_ptr<VirtualCatalog>> VirtualCatalog::open(std::string conninf
     PQfinish(conn);
     return e;
   }
+  // libpq prints what the server sends outside a query (its notices, and the FATAL of a
+  // connection it terminates, as DROP DATABASE ... WITH (FORCE) does) on stderr, past the
+  // logger; the failure that follows is reported by the statement that meets it.
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
   std::unique_ptr<VirtualCatalog> catalog(
       new VirtualCatalog(conn, schema, schema + ".catalog_requests"));
   auto channel = quote_identifier(conn, catalog->channel_);
