@@ -218,6 +218,12 @@ TEST_F(TriggerCaptureTest, InstallIsIdempotentAndUninstallLeavesNothing) {
   EXPECT_EQ(catalog_state(), after_first);
   EXPECT_EQ(server_->scalar("SELECT value FROM _pgrelay.meta WHERE key = 'version'"),
             std::to_string(kInstallVersion));
+  // Row texts are compressed with lz4 (Debian's PostgreSQL has it), set by the first install.
+  EXPECT_EQ(
+      server_->scalar("SELECT string_agg(attname || ':' || attcompression::text, ',' ORDER BY "
+                      "attname) FROM pg_attribute WHERE attrelid = '_pgrelay.changes'::"
+                      "regclass AND attname IN ('old_row', 'new_row', 'content')"),
+      "content:l,new_row:l,old_row:l");
   // inst_b publishes insert and delete only: statement triggers for those (tgtype INSERT = 4,
   // DELETE = 8), no truncate trigger.
   EXPECT_EQ(server_->scalar("SELECT string_agg(tgname || '/' || tgtype, ',' ORDER BY tgname) "
