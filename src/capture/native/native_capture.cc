@@ -415,6 +415,11 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     return true;  // a subtransaction that changed nothing has no mark
   }
   if (in_stream_ == nullptr) return false;
+  // A non-transactional message is sent as it is decoded, never as part of a transaction.
+  if (auto* message_of = std::get_if<pgoutput::LogicalMessage>(&message);
+      message_of != nullptr && !message_of->transactional) {
+    return false;
+  }
   StreamedTransaction& t = *in_stream_;
   return std::visit(
       [&](auto& m) -> Result<bool> {
