@@ -50,7 +50,7 @@ Result<wire::Lsn> TriggerCaptureLink::sync() {
 
 CaptureFigures TriggerCaptureLink::figures() const {
   auto stats = service_->stats();
-  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error};
+  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error, 0};
 }
 
 std::string native_slot_name(std::uint64_t system_id) {
@@ -83,7 +83,7 @@ Result<wire::Lsn> NativeCaptureLink::sync() {
 
 CaptureFigures NativeCaptureLink::figures() const {
   auto stats = capture_->stats();
-  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error};
+  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error, stats.streamed};
 }
 
 }  // namespace pgrelay::cli

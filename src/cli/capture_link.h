@@ -18,6 +18,8 @@ namespace pgrelay::cli {
 struct CaptureFigures {
   std::uint64_t transactions = 0, rows = 0, reconnects = 0;
   std::string last_error;
+  // Of `transactions`, those native capture took in while they still ran upstream.
+  std::uint64_t streamed = 0;
 };
 
 class ServeCapture : public server::CaptureLink {

@@ -142,6 +142,9 @@ void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures
                 static_cast<double>(db.capture.rows));
     out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"},
                 labels, static_cast<double>(db.capture.reconnects));
+    out.counter({"pgrelay_captured_streamed_transactions_total",
+                 "Transactions native capture took in while they still ran upstream"},
+                labels, static_cast<double>(db.capture.streamed));
     out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, labels,
               static_cast<double>(db.log.total_bytes));
     out.gauge({"pgrelay_log_segments", "Segments of the change log"}, labels,

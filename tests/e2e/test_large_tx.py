@@ -17,12 +17,13 @@ import os
 import select
 import threading
 import time
+import urllib.request
 from urllib.parse import quote
 
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from e2e_support import PASSWORD, SUPERUSER, expect, expect_eq, main, query_url, wait_until
+from e2e_support import PASSWORD, SUPERUSER, expect, expect_eq, free_port, main, query_url, wait_until
 from pgoutput_decode import decode_message
 
 ROWS = int(os.environ.get("PGRELAY_E2E_LARGE_ROWS", "150000"))
@@ -154,6 +155,7 @@ class Mode:
         self.port = None
         self.next_id = 1
         self.slot_n = 0
+        self.metrics_port = free_port()
 
     def start(self):
         os.environ["ASAN_OPTIONS"] = ":".join(
@@ -161,7 +163,8 @@ class Mode:
         upstream = "postgres://%s:%s@127.0.0.1:%d/%s" % (SUPERUSER, quote(PASSWORD, safe=""),
                                                         self.env.pg_port, self.db)
         self.relay = self.env.start_relay(data_dir=self.data_dir, port=self.port, upstream=upstream,
-                                          extra_args=["--no-tls", "--capture", self.name])
+                                          extra_args=["--no-tls", "--capture", self.name, "--metrics",
+                                                      "127.0.0.1:%d" % self.metrics_port])
         self.port = self.relay.port
 
     def stream(self, slot=None):
@@ -219,6 +222,15 @@ class Mode:
         finally:
             stream.close()
         self.drop_slot(slot)
+
+    def streamed_transactions(self):
+        """pgrelay's count of transactions it took in while they ran upstream (from /metrics)."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=10) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith("pgrelay_captured_streamed_transactions_total") and self.db in line:
+                return float(line.split()[-1])
+        raise AssertionError("no streamed-transactions metric for %s in:\n%s" % (self.db, text[-2000:]))
 
     def drop_slot(self, slot):
         conn = psycopg2.connect(self.relay.url, connection_factory=LogicalReplicationConnection)
@@ -295,9 +307,19 @@ class Mode:
             self.start()
 
         env.check("%s: setup: upstream, table big, publication, pgrelay serve --capture %s" % (n, n), setup)
+        def rows_bounded():
+            self.bounded(self.insert_rows, ROWS, "%d rows" % ROWS, 600)
+            # Native capture took it in while it ran (the upstream streamed it); trigger capture
+            # reads after the commit.
+            streamed = self.streamed_transactions()
+            if n == "native":
+                expect(streamed >= 1, "the upstream streamed the transaction to native capture", got=streamed)
+            else:
+                expect_eq(streamed, 0.0, "transactions streamed to trigger capture")
+
         env.check("%s: %d-row transaction (200 B each): one transaction, every row once, in order; "
-                  "RSS within %d MiB" % (n, ROWS, BOUND_MIB),
-                  lambda: self.bounded(self.insert_rows, ROWS, "%d rows" % ROWS, 600))
+                  "RSS within %d MiB%s" % (n, ROWS, BOUND_MIB, "; taken in while it ran" if n == "native" else ""),
+                  rows_bounded)
         env.check("%s: %d x 1 MiB TOAST values in one transaction: whole, in order; RSS within %d MiB"
                   % (n, TOAST_VALUES, BOUND_MIB),
                   lambda: self.bounded(self.insert_toast, TOAST_VALUES, "%d MiB of TOAST" % TOAST_VALUES, 600))
