@@ -260,8 +260,13 @@ class Env:
                          str(self.pg_port), "-U", SUPERUSER, "-d", db, "-c", sql])
         return r.stdout
 
-    def upstream_url(self):
-        return "postgres://%s:%s@127.0.0.1:%d/%s" % (SUPERUSER, _pct(PASSWORD), self.pg_port, DBNAME)
+    def upstream_url(self, db=DBNAME):
+        return "postgres://%s:%s@127.0.0.1:%d/%s" % (SUPERUSER, _pct(PASSWORD), self.pg_port, db)
+
+    def db_query(self, db, sql, args=None):
+        """One statement straight to the upstream's database `db`, as the superuser."""
+        return query_url("", sql, args, host="127.0.0.1", port=self.pg_port, user=SUPERUSER,
+                         password=PASSWORD, dbname=db, sslmode="disable")
 
     def direct(self, autocommit=True):
         """A psycopg2 connection straight to the upstream."""
@@ -360,6 +365,17 @@ class Env:
 def _pct(text):
     from urllib.parse import quote
     return quote(text, safe="")
+
+
+def run_capture_modes(env, make_mode, conf):
+    """Starts the upstream with `conf`, then make_mode(env, mode).run() for trigger and then native
+    capture (each in a database of its own), stopping each mode's pgrelay (`.relay`) after it."""
+    env.start_postgres(conf)
+    for name in ("trigger", "native"):
+        mode = make_mode(env, name)
+        mode.run()
+        if mode.relay:
+            mode.relay.stop()
 
 
 def main(name, body, skip_code=77):

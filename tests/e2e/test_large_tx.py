@@ -18,12 +18,11 @@ import select
 import threading
 import time
 import urllib.request
-from urllib.parse import quote
 
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from e2e_support import PASSWORD, SUPERUSER, expect, expect_eq, free_port, main, query_url, wait_until
+from e2e_support import expect, expect_eq, free_port, main, run_capture_modes, wait_until
 from pgoutput_decode import decode_message
 
 ROWS = int(os.environ.get("PGRELAY_E2E_LARGE_ROWS", "150000"))
@@ -160,8 +159,7 @@ class Mode:
     def start(self):
         os.environ["ASAN_OPTIONS"] = ":".join(
             o for o in (os.environ.get("ASAN_OPTIONS", ""), ASAN_QUARANTINE) if o)
-        upstream = "postgres://%s:%s@127.0.0.1:%d/%s" % (SUPERUSER, quote(PASSWORD, safe=""),
-                                                        self.env.pg_port, self.db)
+        upstream = self.env.upstream_url(self.db)
         self.relay = self.env.start_relay(data_dir=self.data_dir, port=self.port, upstream=upstream,
                                           extra_args=["--no-tls", "--capture", self.name, "--metrics",
                                                       "127.0.0.1:%d" % self.metrics_port])
@@ -177,8 +175,7 @@ class Mode:
         return slot, Stream(self.relay.url, slot)
 
     def query(self, sql, args=None):
-        return query_url("", sql, args, host="127.0.0.1", port=self.env.pg_port, user=SUPERUSER,
-                         password=PASSWORD, dbname=self.db, sslmode="disable")
+        return self.env.db_query(self.db, sql, args)
 
     def insert_rows(self, rows):
         first = self.next_id
@@ -330,12 +327,7 @@ class Mode:
 
 
 def body(env):
-    env.start_postgres(LOGICAL_CONF)
-    for name in ("trigger", "native"):
-        mode = Mode(env, name)
-        mode.run()
-        if mode.relay:
-            mode.relay.stop()
+    run_capture_modes(env, Mode, LOGICAL_CONF)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ the root: the first check below fails on either.
 import os
 import select
 import time
-from urllib.parse import quote
 
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from e2e_support import PASSWORD, SUPERUSER, expect, expect_eq, main, query_url
+from e2e_support import expect, expect_eq, main, run_capture_modes
 from pgoutput_decode import decode_message
 
 LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
@@ -77,8 +76,7 @@ class Mode:
         self.relay = None
 
     def query(self, sql, args=None):
-        return query_url("", sql, args, host="127.0.0.1", port=self.env.pg_port, user=SUPERUSER,
-                         password=PASSWORD, dbname=self.db, sslmode="disable")
+        return self.env.db_query(self.db, sql, args)
 
     def run(self):
         env, n = self.env, self.name
@@ -86,8 +84,7 @@ class Mode:
         def setup():
             env.psql_admin("CREATE DATABASE %s" % self.db, db="postgres")
             self.query(SCHEMA)
-            upstream = "postgres://%s:%s@127.0.0.1:%d/%s" % (SUPERUSER, quote(PASSWORD, safe=""),
-                                                            env.pg_port, self.db)
+            upstream = env.upstream_url(self.db)
             self.relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % n), upstream=upstream,
                                          extra_args=["--no-tls", "--capture", n])
             if n == "trigger":
@@ -142,12 +139,7 @@ class Mode:
 
 
 def body(env):
-    env.start_postgres(LOGICAL_CONF)
-    for name in ("trigger", "native"):
-        mode = Mode(env, name)
-        mode.run()
-        if mode.relay:
-            mode.relay.stop()
+    run_capture_modes(env, Mode, LOGICAL_CONF)
 
 
 if __name__ == "__main__":

@@ -309,6 +309,15 @@ TEST(TransactionBuilder, SpillsPastTheThresholdWithIdenticalData) {
   EXPECT_EQ(files_in(spill_dir), 0u);
 }
 
+// Options that spill early, into `dir`/spill, with a small write buffer.
+BuilderOptions spill_options(const TempDir& dir, std::size_t threshold, std::size_t buffer) {
+  BuilderOptions o;
+  o.spill_dir = dir.path() + "/spill";
+  o.spill_threshold = threshold;
+  o.spill_buffer = buffer;
+  return o;
+}
+
 // The whole data of a built entry, in memory or spilled.
 Bytes data_of(const BuiltEntry& e) {
   if (!e.spill) return e.data;
@@ -323,10 +332,7 @@ Bytes data_of(const BuiltEntry& e) {
 TEST(TransactionBuilder, RewindDropsWhatCameAfterTheMark) {
   TempDir tmp;
   SchemaCatalog cat = catalog();
-  BuilderOptions small;
-  small.spill_dir = tmp.path() + "/spill";
-  small.spill_threshold = 64 << 10;
-  small.spill_buffer = 16 << 10;
+  const BuilderOptions small = spill_options(tmp, 64 << 10, 16 << 10);
   auto add_users = [](TransactionBuilder& b, int from, int to) {
     for (int i = from; i < to; ++i) ASSERT_TRUE(b.add(Lsn(0x1000 + i), user_insert(i, 1000)).ok());
   };
@@ -418,10 +424,7 @@ TEST(TransactionBuilder, SpillWithoutDirectoryOrWithBadDirectoryFails) {
 TEST(TransactionBuilder, SpillWriteErrorNamesTheFile) {
   TempDir tmp;
   SchemaCatalog cat = catalog();
-  BuilderOptions o;
-  o.spill_dir = tmp.path() + "/spill";
-  o.spill_threshold = 8 << 10;
-  o.spill_buffer = 4 << 10;
+  BuilderOptions o = spill_options(tmp, 8 << 10, 4 << 10);
   TransactionBuilder b(cat, o);
   ASSERT_TRUE(b.begin(header(25)).ok());
 
