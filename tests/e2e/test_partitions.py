@@ -9,9 +9,10 @@ own), with a partitioned table that has a default partition and a plain table be
     partitions (FOR TABLE the root, via the root or not; FOR TABLE one partition; FOR ALL TABLES)
     is refused with 0A000, a message naming the publication and table, and a hint;
   - a publication of the plain table streams its rows, in the same pgrelay.
-Without the refusal, trigger capture streams no write made through the partitioned table (they
-fire no trigger of its partitions), and native capture drops every change of a publication via
-the root: the first check below fails on either.
+Without the refusal, trigger capture refused to start at all over rootpub (and, once started,
+streams no write made through the partitioned table: those fire no trigger of its partitions),
+and native capture streamed rootpub with every change of `m` left out: the checks below fail on
+either.
 """
 
 import os
