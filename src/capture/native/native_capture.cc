@@ -317,8 +317,7 @@ Status NativeCapture::handle(const wire::XLogData& data) {
           const Lsn at = m.lsn;
           auto entry = log::build_message_entry(header, at, std::move(m));
           if (!entry.ok()) return entry.error();
-          pending_bytes_ += entry->data_size();
-          pending_.push_back(std::move(*entry));
+          queue(std::move(*entry), 0, false);
           return {};
         } else if constexpr (std::is_same_v<T, pgoutput::Commit>) {
           auto entry = builder_->finish();
@@ -334,9 +333,7 @@ Status NativeCapture::handle(const wire::XLogData& data) {
           entry->meta.commit_time = m.commit_time;
           entry->meta.origin = open_header_.origin;
           entry->meta.origin_lsn = open_header_.origin_lsn;
-          pending_bytes_ += entry->data_size();
-          pending_rows_ += open_rows_;
-          pending_.push_back(std::move(*entry));
+          queue(std::move(*entry), open_rows_, false);
           return {};
         } else {
           return Error::make(sqlstate::kProtocolViolation,
@@ -391,10 +388,7 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     auto entry = t->builder->finish(commit->commit_lsn, commit->end_lsn);
     if (!entry.ok()) return entry.error();
     entry->meta.commit_time = commit->commit_time;
-    pending_bytes_ += entry->data_size();
-    pending_rows_ += t->rows;
-    ++pending_streamed_;
-    pending_.push_back(std::move(*entry));
+    queue(std::move(*entry), t->rows, true);
     return true;
   }
   if (auto* abort = std::get_if<pgoutput::StreamAbort>(&message)) {
@@ -460,6 +454,13 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
         }
       },
       message);
+}
+
+void NativeCapture::queue(log::BuiltEntry entry, std::uint64_t rows, bool streamed) {
+  pending_bytes_ += entry.data_size();
+  pending_rows_ += rows;
+  if (streamed) ++pending_streamed_;
+  pending_.push_back(std::move(entry));
 }
 
 Status NativeCapture::flush_pending() {

@@ -126,6 +126,8 @@ class NativeCapture {
   // The messages of streamed (still running) transactions; false when `message` is none.
   Result<bool> handle_streamed(const wire::XLogData& data, pgoutput::Message& message,
                                Lsn last_commit);
+  // Adds a finished entry (with its data changes, and whether it arrived streamed) to pending_.
+  void queue(log::BuiltEntry entry, std::uint64_t rows, bool streamed);
   // Appends the completed transactions waiting in pending_ and signals a barrier read.
   Status flush_pending();
   Status report_progress();

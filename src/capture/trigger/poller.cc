@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -64,9 +63,9 @@ using Layouts = std::map<std::pair<std::uint32_t, std::int32_t>, Layout>;
 
 // Layouts by (relid, version), all versions of a table as one load found them. A recorded
 // version never changes and is never reused (they come from a sequence), so an entry stays
-// right; a version missing from it means the table was altered since, and reloads the table.
-// With them, the Type records of every non-built-in column type they use, so that rows can be
-// decoded while they stream in, when the session can run no other query.
+// right; a version missing from it means a table was altered (or created) since, and every
+// version is loaded again. With them, the Type records of every non-built-in column type they use,
+// so that rows can be decoded while they stream in, when the session can run no other query.
 struct TriggerPoller::LayoutCache {
   Layouts layouts;
   std::map<pgoutput::Oid, pgoutput::Type> types;
@@ -314,10 +313,8 @@ class EntryAssembler {
   Result<Outcome> add(const ChangeRow& row, bool skip_unfit, PollStats& stats) {
     if (row.op == 'm') {
       PGRELAY_TRY(end_transaction());
-      log::TransactionHeader h;
-      h.commit_time = row.commit_time.value_or(poll_time_);
-      h.xid = static_cast<std::uint32_t>(row.xid & 0xFFFFFFFFu);
-      h.begin_lsn = h.commit_lsn = Lsn(offset_);
+      log::TransactionHeader h = header_at_offset(row);
+      h.commit_lsn = h.begin_lsn;
       h.end_lsn = Lsn(offset_ + 1);
       pgoutput::LogicalMessage m{std::nullopt, false, predicted_ + offset_,
                                  row.info.value_or(std::string()), row.content};
@@ -331,11 +328,7 @@ class EntryAssembler {
     }
     if (!open_ || xid_ != row.xid) {
       PGRELAY_TRY(end_transaction());
-      log::TransactionHeader h;
-      h.commit_time = row.commit_time.value_or(poll_time_);
-      h.xid = static_cast<std::uint32_t>(row.xid & 0xFFFFFFFFu);
-      h.begin_lsn = Lsn(offset_);
-      PGRELAY_TRY(builder_.begin(h));
+      PGRELAY_TRY(builder_.begin(header_at_offset(row)));
       open_ = true;
       xid_ = row.xid;
       changes_ = 0;
@@ -400,6 +393,15 @@ class EntryAssembler {
   }
 
  private:
+  // The header of an entry that begins here, for the transaction (or message) of `row`.
+  log::TransactionHeader header_at_offset(const ChangeRow& row) const {
+    log::TransactionHeader h;
+    h.commit_time = row.commit_time.value_or(poll_time_);
+    h.xid = static_cast<std::uint32_t>(row.xid & 0xFFFFFFFFu);
+    h.begin_lsn = Lsn(offset_);
+    return h;
+  }
+
   // The change held back in case the next row's TRUNCATE merges into it goes into the builder.
   Status write_pending() {
     if (!pending_) return {};
@@ -747,18 +749,24 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   Lsn predicted = std::max(stats.upstream_lsn, log_.last_end_lsn() + 1);
   EntryAssembler assembler(builder, layouts, use_layout, predicted, *poll_time);
   // Appends what is finished when it passed the budget; the log then holds part of S_k.
-  std::size_t appended = 0;  // entries appended in earlier parts of this poll
+  std::size_t appended = 0;  // entries appended so far in this poll
   std::optional<std::int64_t> last_order;
-  auto append_part = [&]() -> Status {
-    PGRELAY_TRY(assembler.end_transaction());
+  // Appends the finished entries with a checkpoint of `state`, and counts them.
+  auto append = [&](const CheckpointState& state) -> Status {
     std::vector<log::BuiltEntry>& built = assembler.built();
-    if (built.empty()) return {};
-    CheckpointState state{stats.snapshot, stats.upstream_lsn, *last_order, prev_snapshot_};
     auto base = append_with_checkpoint(built, assembler.offset(), state, predicted, *poll_time);
     if (!base.ok()) return base.error();
-    if (!stats.base.is_valid()) stats.base = *base;
-    stats.last_lsn = *base + built.back().meta.commit_lsn.value();
+    if (!built.empty()) {
+      if (!stats.base.is_valid()) stats.base = *base;
+      stats.last_lsn = *base + built.back().meta.commit_lsn.value();
+    }
     appended += built.size();
+    return {};
+  };
+  auto append_part = [&]() -> Status {
+    PGRELAY_TRY(assembler.end_transaction());
+    if (assembler.built().empty()) return {};
+    PGRELAY_TRY(append({stats.snapshot, stats.upstream_lsn, *last_order, prev_snapshot_}));
     partial_ = Partial{stats.snapshot, stats.upstream_lsn, *last_order};
     predicted = log_.last_end_lsn() + 1;
     assembler.rebase(predicted);
@@ -789,16 +797,15 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   rows->reset();
   // The statement ran to its end: its release of the persisted snapshot's rows happened.
   if (releasing) released();
-  std::vector<log::BuiltEntry>& built = assembler.built();
-  stats.transactions = appended + built.size() - stats.messages;
   if (in_transaction) {
     rollback.active = false;
     PGRELAY_TRY(s.run("COMMIT"));
   }
 
-  if (built.empty() && !partial_) {
+  if (assembler.built().empty() && !partial_) {
     // Nothing to persist: the transactions new in S_k wrote no rows, so resuming from the older
     // checkpoint would find nothing more either.
+    stats.transactions = appended - stats.messages;
     prev_snapshot_ = stats.snapshot;
     return Attempt::kDone;
   }
@@ -806,12 +813,8 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   CheckpointState whole;
   whole.snapshot = stats.snapshot;
   whole.upstream_lsn = stats.upstream_lsn;
-  auto base = append_with_checkpoint(built, assembler.offset(), whole, predicted, *poll_time);
-  if (!base.ok()) return base.error();
-  if (!built.empty()) {
-    if (!stats.base.is_valid()) stats.base = *base;
-    stats.last_lsn = *base + built.back().meta.commit_lsn.value();
-  }
+  PGRELAY_TRY(append(whole));
+  stats.transactions = appended - stats.messages;
   partial_.reset();
   prev_snapshot_ = stats.snapshot;
   persisted_snapshot_ = stats.snapshot;
