@@ -9,14 +9,16 @@
 // expected payload, and the same order on every stream. Any violation, a decode error, a
 // stream ending early or a stall fails the run (exit 3) with the symptom on stderr. The bulk
 // workload writes all its rows in one transaction (--rows-per-transaction N) with a long
-// payload (--payload-length: --payload repeated to that many bytes).
+// payload (--payload-length: --payload repeated to that many bytes; --payload-any: any text of
+// that length, for incompressible data).
 //
 // Output: one line of key=value pairs on stdout (see print_result).
 //
 // Usage: bench_repl_consumer --conninfo STR --expect N [--consumers M] [--slot-prefix P]
 //          [--publication NAME] [--proto V] [--ready-file F] [--wait-file F]
 //          [--cpu-pid LABEL=PID]... [--stall-seconds S] [--timeout-seconds S]
-//          [--payload TEXT] [--payload-length L] [--rows-per-transaction N (default 1)]
+//          [--payload TEXT] [--payload-length L] [--payload-any]
+//          [--rows-per-transaction N (default 1)]
 //          [--threads T (default 2)]
 #include <fcntl.h>
 #include <libpq-fe.h>
@@ -68,6 +70,7 @@ struct Settings {
   double timeout_seconds = 600;
   int threads = 2;
   std::string payload = kDefaultPayload;
+  bool payload_length_only = false;  // --payload-any: rows carry other text of that length
   std::int64_t rows_per_transaction = 1;
 };
 
@@ -216,7 +219,8 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
   };
   std::int64_t id = to_int(text_of(c.id, "id"), "id", s);
   std::int64_t ts = to_int(text_of(c.ts_us, "ts_us"), "ts_us", s);
-  if (text_of(c.payload, "payload") != cfg.payload) {
+  const std::string& got = text_of(c.payload, "payload");
+  if (cfg.payload_length_only ? got.size() != cfg.payload.size() : got != cfg.payload) {
     fail(s.where() + ": id " + std::to_string(id) + " has payload \"" +
          text_of(c.payload, "payload") + "\"");
   }
@@ -453,6 +457,8 @@ bool parse_args(int argc, char** argv, Settings& s) {
       s.payload = next();
     else if (a == "--payload-length")
       payload_length = std::atoll(next().c_str());
+    else if (a == "--payload-any")
+      s.payload_length_only = true;
     else if (a == "--rows-per-transaction")
       s.rows_per_transaction = std::atoll(next().c_str());
     else if (a == "--cpu-pid") {

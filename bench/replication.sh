@@ -28,14 +28,16 @@
 #     migration writes them) committed while one consumer streams: the INSERT's own time (the
 #     native run is capture off; trigger capture's triggers run inside it), commit to the last
 #     change received, changes/s over that time, and pgrelay's peak RSS above its idle RSS
-#     (sampled every 50 ms). BULK_TOAST_MB adds a run of one transaction of that many MiB in
-#     1 MiB values (TOAST).
+#     (sampled every 50 ms). BULK_DATA=random writes text that does not compress (md5 hex of
+#     random numbers, staged in an unlogged table before the timing) instead of repeat('x').
+#     BULK_TOAST_MB adds a run of one transaction of that many MiB in 1 MiB values (TOAST).
 #  4. one table with pgrelay/native ratios and the issue's targets.
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
 # CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"),
 # BULK_ROWS (default 1000000; 0 skips the bulk run), BULK_PAYLOAD (default 200),
+# BULK_DATA (repeat, the default, or random),
 # BULK_TOAST_MB (default 0: no TOAST run), RUNS (default "fanout live latency bulk"),
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
@@ -55,6 +57,7 @@ KEEP_RUNNING=${KEEP_RUNNING:-0}
 CAPTURES=${CAPTURES:-"native trigger"}
 BULK_ROWS=${BULK_ROWS:-1000000}
 BULK_PAYLOAD=${BULK_PAYLOAD:-200}
+BULK_DATA=${BULK_DATA:-repeat}
 BULK_TOAST_MB=${BULK_TOAST_MB:-0}
 RUNS=${RUNS:-"fanout live latency bulk"}
 CAPTURE=""  # the mode of the pgrelay running now
@@ -244,8 +247,18 @@ measure_bulk() {
   rm -f "$dir/ready" "$dir/done" "$dir/rss"
   reset_table
   if [ "$sys" = native ]; then conn=$PG_CONN; else conn=$RELAY_CONN; fi
+  local value="repeat('x', $payload)" from="generate_series(1, $rows) x(g)" any=()
+  if [ "$BULK_DATA" = random ] && [ "$run" = bulk ]; then
+    # Each row's own digits, ready before the timing: the INSERT only copies them.
+    pg -c "DROP TABLE IF EXISTS bulk_source; CREATE UNLOGGED TABLE bulk_source AS SELECT g,
+      left((SELECT string_agg(md5(random()::text), '') FROM generate_series(0, $payload / 32) WHERE g > 0), $payload) AS p
+      FROM generate_series(1, $rows) g" >/dev/null || die "could not stage the random data"
+    value=x.p
+    from="bulk_source x"
+    any=(--payload-any)
+  fi
   "$CONSUMER" --conninfo "$conn" --consumers 1 --slot-prefix "bench_${run}" --publication bench_pub \
-    --expect "$rows" --rows-per-transaction "$rows" --payload x --payload-length "$payload" \
+    --expect "$rows" --rows-per-transaction "$rows" --payload x --payload-length "$payload" "${any[@]}" \
     --ready-file "$dir/ready" --stall-seconds 900 --timeout-seconds 1800 --threads 1 \
     >"$dir/consumer.out" 2>"$dir/consumer.err" &
   local cpid=$!
@@ -258,8 +271,8 @@ measure_bulk() {
   fi
   t0=$(date +%s.%N)
   timeout 1800 "$BIN/psql" "$PG_CONN" -X -v ON_ERROR_STOP=1 -qAt -c "INSERT INTO bench (k, ts_us, payload)
-    SELECT g, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, repeat('x', $payload)
-    FROM generate_series(1, $rows) g" >"$dir/insert.log" 2>&1 || die "$sys $run: the INSERT failed: $(tail -3 "$dir/insert.log")"
+    SELECT x.g, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, $value
+    FROM $from" >"$dir/insert.log" 2>&1 || die "$sys $run: the INSERT failed: $(tail -3 "$dir/insert.log")"
   t1=$(date +%s.%N)
   if ! wait "$cpid"; then
     CONSUMER_PID=""

@@ -18,6 +18,7 @@
 #include "capture/trigger/installer.h"
 #include "capture/trigger/poller.h"
 #include "capture/trigger/record_text.h"
+#include "capture/trigger/text_array.h"
 #include "capture/trigger/truncate_statement.h"
 #include "log/change_log.h"
 #include "log/change_view.h"
@@ -87,6 +88,37 @@ TEST(RecordTextTest, RoundTripsRandomRows) {
     auto parsed = parse_record_text(text, fields.size());
     ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.error().to_string();
     ASSERT_EQ(*parsed, fields) << text;
+  }
+}
+
+TEST(TextArrayTest, SplitsArraySendOutputAndRefusesWhatIsNotOne) {
+  const TextElements elements{"(1,abc)", std::nullopt, "", "(2,\"a b\")"};
+  const std::string bytes = format_text_array(elements);
+  auto parsed = parse_text_array(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  EXPECT_EQ(*parsed, elements);
+  auto empty = parse_text_array(format_text_array({}));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  // Every cut of a valid array is refused, as is a wrong element type, a second dimension, a
+  // NULL without the null flag and a count larger than the bytes could hold.
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    auto b = parse_text_array(std::string_view(bytes).substr(0, cut));
+    EXPECT_FALSE(b.ok()) << cut;
+    if (!b.ok()) {
+      EXPECT_EQ(b.error().sqlstate, "XX001");
+    }
+  }
+  std::string int_array = bytes;
+  int_array[11] = 23;  // int4
+  std::string two_dims = bytes;
+  two_dims[3] = 2;
+  std::string no_null_flag = bytes;
+  no_null_flag[7] = 0;
+  std::string huge_count = bytes;
+  huge_count[12] = 0x7f;
+  for (const std::string& bad : {int_array, two_dims, no_null_flag, huge_count, bytes + "x"}) {
+    EXPECT_FALSE(parse_text_array(bad).ok());
   }
 }
 

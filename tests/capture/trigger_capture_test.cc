@@ -13,6 +13,7 @@
 
 #include "capture/trigger/installer.h"
 #include "capture/trigger/poller.h"
+#include "capture/trigger/text_array.h"
 #include "log/change_log.h"
 #include "log/change_view.h"
 #include "log/transaction.h"
@@ -44,6 +45,16 @@ Values texts(const pgoutput::Tuple& t) {
 }
 
 // The data changes of a transaction (Relation and Type records left out).
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : bytes) {
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  return hex;
+}
+
 std::vector<log::ChangeMessage> data_changes(const log::Transaction& t) {
   std::vector<log::ChangeMessage> out;
   for (const auto& c : t.changes) {
@@ -222,8 +233,8 @@ TEST_F(TriggerCaptureTest, InstallIsIdempotentAndUninstallLeavesNothing) {
   EXPECT_EQ(
       server_->scalar("SELECT string_agg(attname || ':' || attcompression::text, ',' ORDER BY "
                       "attname) FROM pg_attribute WHERE attrelid = '_pgrelay.changes'::"
-                      "regclass AND attname IN ('old_row', 'new_row', 'content')"),
-      "content:l,new_row:l,old_row:l");
+                      "regclass AND attname IN ('old_rows', 'new_rows', 'content')"),
+      "content:l,new_rows:l,old_rows:l");
   // inst_b publishes insert and delete only: statement triggers for those (tgtype INSERT = 4,
   // DELETE = 8), no truncate trigger.
   EXPECT_EQ(server_->scalar("SELECT string_agg(tgname || '/' || tgtype, ',' ORDER BY tgname) "
@@ -510,6 +521,68 @@ TEST_F(TriggerCaptureTest, ReplicaIdentityDecidesTheOldTuple) {
       EXPECT_EQ(keys, (std::vector<bool>{false, true, false}));
     }
   }
+}
+
+// A statement's rows are written in chunks of at most 1,000 rows or 1 MiB of row text, and read
+// back one by one in statement order: inserts, updates (old and new paired, unchanged TOASTed
+// values per row) and deletes. Rows of version 3's one-row form, left by an upgrade, are read too.
+TEST_F(TriggerCaptureTest, AStatementsRowsAreWrittenInChunksAndReadInOrder) {
+  create_table("chunked", "(id int PRIMARY KEY, big text, v int)");
+  server_->exec("ALTER TABLE chunked REPLICA IDENTITY FULL");
+  install_tables({"chunked"});
+  start_poller();
+  // 2,500 small rows, then 3 rows of 600 kB, in one statement. The first big row still fits in
+  // the chunk of the last 500 small ones; two would exceed 1 MiB, so each other one is alone.
+  server_->exec(
+      "INSERT INTO chunked SELECT g, CASE WHEN g > 2500 THEN repeat(md5(g::text), 19000) "
+      "ELSE 'r' || g END, 0 FROM generate_series(1, 2503) g");
+  EXPECT_EQ(server_->scalar("SELECT string_agg(cardinality(new_rows)::text, ',' ORDER BY seq) "
+                            "FROM _pgrelay.changes"),
+            "1000,1000,501,1,1");
+  // What the parser reads is array_send's output.
+  const TextElements elements{"(1,abc)", std::nullopt, "", "(2,\"a b\")"};
+  EXPECT_EQ(server_->scalar("SELECT encode(array_send(ARRAY['(1,abc)', NULL, '', "
+                            "'(2,\"a b\")']::text[]), 'hex')"),
+            to_hex(format_text_array(elements)));
+  PollStats st = poll();
+  EXPECT_EQ(st.rows, 2503u);
+  server_->exec("UPDATE chunked SET v = id WHERE id > 1000");
+  server_->exec("DELETE FROM chunked WHERE id % 2 = 0");
+  // The last insert, rewritten into version 3's form.
+  server_->exec("INSERT INTO chunked VALUES (9000, 'old form', 1), (9001, 'x', 2)");
+  server_->exec(
+      "UPDATE _pgrelay.changes SET new_row = new_rows[2], new_rows = NULL "
+      "WHERE seq = (SELECT max(seq) FROM _pgrelay.changes)");
+  st = poll();
+  EXPECT_EQ(st.rows, 1503u + 1251u + 1u);
+  EXPECT_EQ(st.skipped_rows, 0u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 4u);
+  auto inserts = data_changes(log[0]);
+  ASSERT_EQ(inserts.size(), 2503u);
+  for (std::size_t i = 0; i < inserts.size(); ++i) {
+    const auto& tuple = std::get<pgoutput::Insert>(inserts[i]).new_tuple;
+    ASSERT_EQ(texts(tuple)[0], std::to_string(i + 1));
+  }
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(inserts[2501]).new_tuple)[1],
+            server_->scalar("SELECT repeat(md5('2502'), 19000)"));
+  auto updates = data_changes(log[1]);
+  ASSERT_EQ(updates.size(), 1503u);
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    const auto& u = std::get<pgoutput::Update>(updates[i]);
+    const std::string id = std::to_string(1001 + i);
+    ASSERT_TRUE(u.old.has_value());
+    ASSERT_EQ(texts(u.old->tuple)[0], id);
+    ASSERT_EQ(texts(u.old->tuple)[2], "0");
+    ASSERT_EQ(texts(u.new_tuple)[0], id);
+    ASSERT_EQ(texts(u.new_tuple)[2], id);
+  }
+  auto deletes = data_changes(log[2]);
+  ASSERT_EQ(deletes.size(), 1251u);
+  EXPECT_EQ(texts(std::get<pgoutput::Delete>(deletes.back()).old.tuple)[0], "2502");
+  auto old_form = data_changes(log[3]);
+  ASSERT_EQ(old_form.size(), 1u);
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(old_form[0]).new_tuple), (Values{"9001", "x", "2"}));
 }
 
 TEST_F(TriggerCaptureTest, RolledBackSavepointLeavesOnlyCommittedRows) {

@@ -207,9 +207,10 @@ TEST_F(PublicationFilterTest, PgrelaySendsWhatANativeSlotSends) {
   ASSERT_TRUE(poller.ok()) << poller.error().to_string();
   auto polled = (*poller)->poll();
   if (!polled.ok()) {
-    for (const auto& row : pg.exec("SELECT rel::regclass::text, op, left(old_row, 60), "
-                                   "left(new_row, 60) FROM _pgrelay.changes WHERE new_row NOT "
-                                   "LIKE '(%' OR old_row NOT LIKE '(%'")) {
+    for (const auto& row : pg.exec("SELECT rel::regclass::text, op, left(o, 60), left(n, 60) "
+                                   "FROM _pgrelay.changes, ROWS FROM (unnest(old_rows), "
+                                   "unnest(new_rows)) u(o, n) WHERE n NOT LIKE '(%' OR "
+                                   "o NOT LIKE '(%'")) {
       std::string line;
       for (const auto& v : row) line += (v ? *v : "NULL") + " | ";
       ADD_FAILURE() << line;

@@ -80,8 +80,10 @@ namespace pgrelay::capture {
 
 // The schema layout this code creates and reads. An installation of a newer version is refused;
 // version 1 (phase 1) is upgraded when its change table is empty; version 2 numbered layouts
-// per table (3 takes them from a sequence, never reusing one) and is upgraded by installing.
-inline constexpr int kInstallVersion = 3;
+// per table (3 takes them from a sequence, never reusing one) and is upgraded by installing;
+// 3 wrote one change row per row (4 writes chunks of a statement's rows) and is upgraded by
+// installing, its rows still read.
+inline constexpr int kInstallVersion = 4;
 
 struct TableName {
   std::string schema;

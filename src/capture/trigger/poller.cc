@@ -13,6 +13,7 @@
 #include "capture/trigger/installer.h"
 #include "capture/trigger/record_text.h"
 #include "capture/trigger/relation_info.h"
+#include "capture/trigger/text_array.h"
 #include "capture/trigger/truncate_statement.h"
 
 namespace pgrelay::capture {
@@ -291,6 +292,43 @@ Result<ChangeRow> parse_change_row(const QueryResult& r) {
   row.unit_order = *order;
   return row;
 }
+
+// The rows of a change row that holds a chunk of a statement's rows (columns 16-18): old
+// texts, new texts and unchanged positions, paired by position. Empty for a row of one change
+// (version 3's form, a truncate or a message).
+class RowChunk {
+ public:
+  static Result<RowChunk> parse(const QueryResult& r) {
+    RowChunk chunk;
+    for (int column = 16; column <= 18; ++column) {
+      if (r.is_null(0, column)) continue;
+      auto elements = parse_text_array(r.value(0, column));
+      if (!elements.ok()) return elements.error();
+      if (chunk.size_ != 0 && elements->size() != chunk.size_) {
+        return bad("the row arrays of a change row differ in length");
+      }
+      chunk.size_ = elements->size();
+      chunk.columns_[column - 16] = std::move(*elements);
+    }
+    return chunk;
+  }
+  std::size_t size() const { return size_; }
+  // Makes `row` the chunk's i-th row.
+  void fill(std::size_t i, ChangeRow& row) const {
+    auto text = [&](const TextElements& column) -> std::optional<std::string> {
+      if (column.empty() || !column[i]) return std::nullopt;
+      return std::string(*column[i]);
+    };
+    row.old_row = text(columns_[0]);
+    row.new_row = text(columns_[1]);
+    const auto kept = text(columns_[2]);
+    row.unchanged = kept ? parse_positions(*kept) : std::vector<std::size_t>();
+  }
+
+ private:
+  TextElements columns_[3];  // old_rows, new_rows, unchanged_rows
+  std::size_t size_ = 0;
+};
 
 // Turns a poll's rows, in log order, into log entries as they arrive: a transaction's changes
 // go into the builder one by one (which moves a large one to a spill file), so memory holds
@@ -658,7 +696,7 @@ Result<std::unique_ptr<RowStream>> TriggerPoller::read_changes(bool releasing) {
          "SELECT h.snap::text, h.wal::text, h.t::text, c.xid::text, c.seq::text, "
          "c.rel::pg_catalog.int8::text, c.op::text, c.layout::text, c.old_kind::text, c.old_row, "
          "c.new_row, pg_catalog.array_to_string(c.unchanged, ','), c.info, c.content, c.commit_ts, "
-         "c.unit_order::text "
+         "c.unit_order::text, c.old_rows, c.new_rows, c.unchanged_rows "
          "FROM head h LEFT JOIN LATERAL (SELECT * FROM (SELECT c.*, " +
          commit_ts +
          " AS commit_ts, "
@@ -785,10 +823,15 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
       PGRELAY_TRY(append_part());
     }
     last_order = row->unit_order;
-    ++stats.rows;
-    auto outcome = assembler.add(*row, skip_unfit, stats);
-    if (!outcome.ok()) return outcome.error();
-    if (*outcome == Outcome::kMismatch) return Attempt::kMismatch;
+    auto chunk = RowChunk::parse(stream.row());
+    if (!chunk.ok()) return chunk.error();
+    for (std::size_t i = 0, n = std::max<std::size_t>(chunk->size(), 1); i < n; ++i) {
+      if (chunk->size() != 0) chunk->fill(i, *row);
+      ++stats.rows;
+      auto outcome = assembler.add(*row, skip_unfit, stats);
+      if (!outcome.ok()) return outcome.error();
+      if (*outcome == Outcome::kMismatch) return Attempt::kMismatch;
+    }
     auto next = stream.next();
     if (!next.ok()) return next.error();
     more = *next;

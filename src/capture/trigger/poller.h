@@ -3,13 +3,15 @@
 // Each poll reads, in one REPEATABLE READ transaction with snapshot S_k, the rows of the
 // transactions visible in S_k but not in the previous snapshot S_{k-1}, so a transaction that
 // took its sequence values early and committed late is neither lost nor read twice. Transactions
-// are ordered by their last sequence value, rows by sequence. The batch and a checkpoint holding
+// are ordered by their last sequence value, rows by sequence (a row holding a chunk of a
+// statement's changes gives them in their order). The batch and a checkpoint holding
 // S_k are appended to the log in one atomic append; only then are the rows deleted upstream.
 // After a crash the poller resumes from the checkpoint: rows still upstream whose transactions
 // are visible in it are old, not new, and are only deleted.
 //
-// Memory stays bounded however much a poll finds: its rows stream in one at a time (a large
-// transaction spills while it is built), and once the finished entries pass a budget
+// Memory stays bounded however much a poll finds: its rows stream in one at a time (a chunk is
+// at most 1 MiB of row text, or one row; a large transaction spills while it is built), and
+// once the finished entries pass a budget
 // (PollerOptions::batch_entries, batch_bytes) they are appended as a part, with a partial
 // checkpoint: S_k, S_{k-1} and the log order of the last transaction in the part. The log then
 // holds what S_{k-1} sees plus what is new in S_k up to that order; after a crash (or an error)
