@@ -8,8 +8,9 @@ namespace pgrelay::capture {
 namespace {
 
 // The fingerprint covers what a walsender reads from publications: their actions, tables (by
-// name too: a rename changes which Relations match), row filters, column lists (by name) and
-// schemas.
+// name too: a rename changes which Relations match), row filters, column lists (by name),
+// schemas, and the leaf partitions of the partitioned tables they publish (listed or in a
+// schema), which a partition created, attached or detached changes.
 std::string fingerprint_function(const std::string& schema, const std::string& own) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          R"sql(.publications_fingerprint() RETURNS text
@@ -30,6 +31,12 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     UNION ALL
     SELECT format('n|%s|%s', n.pnpubid, n.pnnspid::regnamespace)
     FROM pg_publication_namespace n
+    UNION ALL
+    SELECT DISTINCT format('l|%s|%s', c.oid, l.relid::regclass)
+    FROM pg_class c CROSS JOIN LATERAL pg_partition_tree(c.oid) l
+    WHERE c.relkind = 'p' AND l.isleaf
+      AND (EXISTS (SELECT FROM pg_publication_rel r WHERE r.prrelid = c.oid)
+           OR EXISTS (SELECT FROM pg_publication_namespace n WHERE n.pnnspid = c.relnamespace))
   ) f(x)
 $fn$;
 )sql";

@@ -372,6 +372,11 @@ Check check_publications(const Facts& f) {
             "PUBLICATION ... DROP TABLE, or a publication FOR TABLE the others), "
             "and stream partitioned tables from the upstream's own slot",
             {}});
+    c.fixes.push_back(
+        Fix{"or capture natively (serve --capture native, which needs wal_level = logical and "
+            "the REPLICATION right): it streams the partitions of publications without "
+            "publish_via_partition_root",
+            {}});
     return c;
   }
   std::size_t tables = f.tables.size();

@@ -243,7 +243,8 @@ Status read_publications(PGconn* conn, const std::string& schema, bool pg15, Fac
   for (int i = 0; i < n->count(); ++i) {
     std::string name = n->value(i, 4);
     if (!refusals.count(name)) {
-      auto view = server::load_publication_view(conn, {name}, false);
+      auto view =
+          server::load_publication_view(conn, {name}, false, server::PartitionCapture::kNone);
       refusals[name] = !view.ok() && view.error().sqlstate == sqlstate::kFeatureNotSupported
                            ? view.error().message
                            : "";

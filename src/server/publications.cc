@@ -190,29 +190,36 @@ Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::
   return pubs;
 }
 
-// Refuses publications that publish a partitioned table or a partition: pgrelay cannot stream
-// their changes exactly yet (trigger capture sees no write made through the partitioned table,
-// which fires no trigger of its partitions; native capture does not map changes to the root,
-// nor follow partitions created later), and a stream that leaves changes out is worse than
-// none. 0A000 naming the first such table.
-Status refuse_partitioned(PGconn* conn, const std::string& array) {
-  const bool has_root_function = PQserverVersion(conn) >= 120000;
+// Refuses the publications whose partitioned tables the capture cannot stream exactly (see
+// load_publication_view), 0A000 naming the first such table: a stream that leaves changes out
+// is worse than none. Trigger capture sees no write made through a partitioned table (it fires
+// no trigger of its partitions). Native capture logs the leaves' changes, which is what a
+// publication without publish_via_partition_root sends, also for partitions created or
+// attached later; one with it would send them as the root's, which pgrelay does not map yet.
+Status refuse_partitioned(PGconn* conn, const std::string& array, PartitionCapture partitions) {
+  const int version = PQserverVersion(conn);
   const std::string root =
-      has_root_function
+      version >= 120000
           ? "(SELECT pg_catalog.quote_ident(rn.nspname) || '.' || "
             "pg_catalog.quote_ident(r.relname) "
             "FROM pg_catalog.pg_class r JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace "
             "WHERE r.oid = pg_catalog.pg_partition_root(c.oid))"
           : "NULL::text";
+  // Before 13 no publication publishes via the root (nor holds a partitioned table).
+  const std::string via_root = version >= 130000 ? "p.pubviaroot" : "false";
+  const std::string refused = partitions == PartitionCapture::kLeaves
+                                  ? "c.relkind = 'p' AND " + via_root
+                                  : "(c.relkind = 'p' OR c.relispartition)";
   const std::string sql =
       "SELECT t.pubname, pg_catalog.quote_ident(t.schemaname) || '.' || "
       "pg_catalog.quote_ident(t.tablename), c.relkind = 'p', " +
       root +
       " FROM pg_catalog.pg_publication_tables t "
+      "JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname "
       "JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname "
       "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
-      "WHERE t.pubname = ANY ($1::text[]) AND (c.relkind = 'p' OR c.relispartition) "
-      "ORDER BY t.pubname, t.schemaname, t.tablename LIMIT 1";
+      "WHERE t.pubname = ANY ($1::text[]) AND " +
+      refused + " ORDER BY t.pubname, t.schemaname, t.tablename LIMIT 1";
   auto rows = query(conn, sql.c_str(), &array);
   if (!rows.ok()) return rows.error();
   if (PQntuples(rows->get()) == 0) return {};
@@ -221,20 +228,33 @@ Status refuse_partitioned(PGconn* conn, const std::string& array) {
   const std::string table = PQgetvalue(r, 0, 1);
   const bool partitioned = PQgetvalue(r, 0, 2)[0] == 't';
   const std::string of = PQgetisnull(r, 0, 3) ? "" : PQgetvalue(r, 0, 3);
+  const std::string what = partitioned
+                               ? "partitioned table " + table
+                               : table + (of.empty() ? ", a partition" : ", a partition of " + of);
+  if (partitions == PartitionCapture::kLeaves) {
+    Error e = Error::make(
+        sqlstate::kFeatureNotSupported,
+        "publication \"" + pub + "\" publishes " + what +
+            " with publish_via_partition_root, which pgrelay cannot stream exactly yet",
+        "Stream the partitions instead (ALTER PUBLICATION ... SET (publish_via_partition_root "
+        "= false): the changes then come as each partition's, as from the upstream's own "
+        "slot), or stream this publication from the upstream's own slot.");
+    e.detail =
+        "Native capture receives the partitions' changes, but does not yet send them as the "
+        "partitioned table's: the stream would leave them out, so pgrelay refuses it.";
+    return e;
+  }
   Error e = Error::make(
       sqlstate::kFeatureNotSupported,
-      "publication \"" + pub + "\" publishes " +
-          (partitioned ? "partitioned table " + table
-                       : table + (of.empty() ? ", a partition" : ", a partition of " + of)) +
-          ", which pgrelay cannot stream exactly yet",
+      "publication \"" + pub + "\" publishes " + what + ", which pgrelay cannot stream exactly yet",
       "Publish only ordinary tables for streams through pgrelay (ALTER PUBLICATION ... DROP "
-      "TABLE, or a publication FOR TABLE the others), and stream partitioned tables from the "
-      "upstream's own slot. `pgrelay doctor` lists every such publication.");
+      "TABLE, or a publication FOR TABLE the others), or capture natively (--capture native), "
+      "which streams partitions unless the publication publishes via the root; else stream "
+      "partitioned tables from the upstream's own slot. `pgrelay doctor` lists every such "
+      "publication.");
   e.detail =
       "Trigger capture does not see writes made through a partitioned table (they fire no "
-      "trigger of its partitions), and native capture does not yet map changes to the "
-      "partitioned table or follow partitions created later: the stream would leave changes "
-      "out, so pgrelay refuses it.";
+      "trigger of its partitions): the stream would leave changes out, so pgrelay refuses it.";
   return e;
 }
 
@@ -384,11 +404,11 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
 }  // namespace
 
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
-                                               bool messages) {
+                                               bool messages, PartitionCapture partitions) {
   std::string array = text_array(names);
   auto pubs = load_publications(conn, names, array);
   if (!pubs.ok()) return pubs.error();
-  PGRELAY_TRY(refuse_partitioned(conn, array));
+  PGRELAY_TRY(refuse_partitioned(conn, array, partitions));
   log::ViewOptions view;
   view.operations = messages ? log::kOpMessage : 0;
   bool all_tables = false;

@@ -1,22 +1,28 @@
-# Partitioned tables through `pgrelay serve`, both capture modes: refused with 0A000, never streamed with changes left out.
-"""pgrelay cannot stream partitioned tables exactly yet, so it must never stream them inexactly.
+# Partitioned tables through `pgrelay serve`: native capture streams them as a native slot does; what pgrelay cannot stream exactly is refused with 0A000.
+"""Partitioned tables, in both capture modes, on one wal_level=logical upstream (a database each).
 
-On one wal_level=logical upstream, for trigger and for native capture (each in a database of its
-own), with a partitioned table that has a default partition and a plain table beside it:
-  - pgrelay serve starts (one partitioned table never stops the capture of the rest) and, in
-    trigger mode, says which tables it leaves out;
-  - START_REPLICATION of each publication that publishes the partitioned table or one of its
-    partitions (FOR TABLE the root, via the root or not; FOR TABLE one partition; FOR ALL TABLES)
-    is refused with 0A000, a message naming the publication and table, and a hint;
-  - a publication of the plain table streams its rows, in the same pgrelay.
-Without the refusal, trigger capture refused to start at all over rootpub (and, once started,
-streams no write made through the partitioned table: those fire no trigger of its partitions),
-and native capture streamed rootpub with every change of `m` left out: the checks below fail on
-either.
+Native capture:
+  - each publication that publishes partitions as themselves (FOR TABLE the root, FOR TABLE
+    partitions, FOR ALL TABLES) streams, message by message, what a native pgoutput slot of the
+    same publication streams on the same upstream, over: writes through the root and straight
+    into partitions, a default partition, a partition with its own column order and a dropped
+    column, two levels of partitioning, UPDATEs that move rows between partitions, a partition
+    created, one attached and one detached (and one detached CONCURRENTLY) after the streams
+    began, TRUNCATE of one partition and of the root;
+  - 8 writers for 20 s move rows between partitions; the stream replayed equals the table;
+  - kill -9 of pgrelay during an ATTACH PARTITION while a writer runs: after the restart the
+    stream still equals a native slot's;
+  - a publication WITH (publish_via_partition_root = true) is refused with 0A000 and a hint
+    (pgrelay does not map partitions' changes to the root yet).
+Trigger capture: pgrelay starts (it says which tables it leaves out) and refuses every
+publication of a partitioned table or partition, since a write through the root fires no trigger
+of its partitions. In both modes a plain publication streams in the same pgrelay.
 """
 
 import os
+import random
 import select
+import threading
 import time
 
 import psycopg2
@@ -25,29 +31,86 @@ from psycopg2.extras import LogicalReplicationConnection
 from e2e_support import expect, expect_eq, main, run_capture_modes
 from pgoutput_decode import decode_message
 
-LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
+LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 30\nmax_wal_senders = 30\n"
 SCHEMA = """
 CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu');
+CREATE TABLE m_us (v text, gone int, region text NOT NULL, id int NOT NULL);
+ALTER TABLE m_us DROP COLUMN gone;
+ALTER TABLE m ATTACH PARTITION m_us FOR VALUES IN ('us');
+CREATE TABLE m_asia PARTITION OF m FOR VALUES IN ('jp', 'kr') PARTITION BY LIST (region);
+CREATE TABLE m_jp PARTITION OF m_asia FOR VALUES IN ('jp');
+CREATE TABLE m_kr PARTITION OF m_asia FOR VALUES IN ('kr');
 CREATE TABLE m_rest PARTITION OF m DEFAULT;
+CREATE TABLE r (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE r_1 PARTITION OF r FOR VALUES FROM (0) TO (100);
+CREATE TABLE r_2 PARTITION OF r FOR VALUES FROM (100) TO (200);
 CREATE TABLE plain (id int PRIMARY KEY, v text);
-CREATE PUBLICATION leafpub FOR TABLE m;
-CREATE PUBLICATION rootpub FOR TABLE m WITH (publish_via_partition_root = true);
-CREATE PUBLICATION partpub FOR TABLE m_eu;
+CREATE TABLE mv (id int, region text, n int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE mv_a PARTITION OF mv FOR VALUES IN ('a');
+CREATE TABLE mv_b PARTITION OF mv FOR VALUES IN ('b');
+CREATE TABLE mv_c PARTITION OF mv FOR VALUES IN ('c');
+CREATE TABLE mv_rest PARTITION OF mv DEFAULT;
+CREATE TABLE m_it (id int NOT NULL, region text NOT NULL, v text);
+INSERT INTO m_it SELECT g, 'it', 'before attach' FROM generate_series(1000, 1099) g;
+CREATE PUBLICATION leafpub FOR TABLE m, r;
+CREATE PUBLICATION partpub FOR TABLE m_eu, m_jp;
 CREATE PUBLICATION allpub FOR ALL TABLES;
+CREATE PUBLICATION rootpub FOR TABLE m WITH (publish_via_partition_root = true);
 CREATE PUBLICATION plainpub FOR TABLE plain;
+CREATE PUBLICATION mvpub FOR TABLE mv;
 """
-REFUSED = {  # publication: the table its refusal names
+STREAMED = ["leafpub", "partpub", "allpub"]  # native capture streams these
+REFUSED_TRIGGER = {  # publication: the table its refusal names
     "leafpub": "public.m_eu",
     "rootpub": "partitioned table public.m",
     "partpub": "public.m_eu, a partition of public.m",
     "allpub": "public.m_eu",
 }
+# Every kind of change a stream of a partitioned table must carry; each statement commits alone.
+WORKLOAD = [
+    "INSERT INTO m VALUES (1, 'eu', 'root'), (2, 'us', 'root'), (3, 'jp', 'root'), (4, 'kr', 'root'),"
+    " (5, 'xx', 'root, default')",
+    "INSERT INTO m_eu VALUES (6, 'eu', 'direct')",
+    "INSERT INTO m_us (id, region, v) VALUES (7, 'us', 'direct, other column order')",
+    "INSERT INTO m_jp VALUES (8, 'jp', 'direct, second level')",
+    "INSERT INTO r VALUES (1, 'r1'), (150, 'r2')",
+    "BEGIN; UPDATE m SET v = 'updated' WHERE id IN (1, 2, 3); UPDATE m_rest SET v = 'updated' WHERE id = 5; COMMIT",
+    "UPDATE m SET region = 'us' WHERE id = 1",          # eu -> us
+    "UPDATE m SET region = 'zz' WHERE id = 2",          # us -> default
+    "UPDATE m SET region = 'kr' WHERE id = 3",          # jp -> kr, inside m_asia
+    "UPDATE m SET region = 'eu' WHERE id = 5",          # default -> eu
+    "UPDATE r SET id = 120 WHERE id = 1",               # r_1 -> r_2
+    "DELETE FROM m WHERE id = 4",
+    "DELETE FROM m_eu WHERE id = 6",
+    "CREATE TABLE m_fr PARTITION OF m FOR VALUES IN ('fr')",
+    "INSERT INTO m VALUES (9, 'fr', 'new partition')",
+    "CREATE TABLE m_de (id int NOT NULL, region text NOT NULL, v text)",
+    "INSERT INTO m_de VALUES (10, 'de', 'before attach')",
+    "ALTER TABLE m ATTACH PARTITION m_de FOR VALUES IN ('de')",
+    "INSERT INTO m VALUES (11, 'de', 'attached')",
+    "UPDATE m SET v = 'attached, updated' WHERE id = 10",
+    "ALTER TABLE m DETACH PARTITION m_fr",
+    "INSERT INTO m_fr VALUES (12, 'fr', 'detached')",
+    "ALTER TABLE r DETACH PARTITION r_2 CONCURRENTLY",
+    "INSERT INTO r_2 VALUES (199, 'detached concurrently')",
+    "INSERT INTO r VALUES (2, 'r1 again')",
+    "INSERT INTO plain VALUES (1, 'plain')",
+    "TRUNCATE m_eu",
+    "TRUNCATE m",
+    "INSERT INTO m VALUES (13, 'us', 'after truncate'), (14, 'kr', 'after truncate')",
+]
+DONE = "partitions-done"
+PGRELAY_OWN_MESSAGES = ("pgrelay.capture.barrier", "pgrelay.publications.changed")
+
+
+def replication(url):
+    return psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
 
 
 def start_replication(url, slot, publication, wait=2.0):
     """(the error START_REPLICATION got, or None; the pgoutput messages read meanwhile)."""
-    conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
+    conn = replication(url)
     messages = []
     try:
         cur = conn.cursor()
@@ -69,6 +132,89 @@ def start_replication(url, slot, publication, wait=2.0):
         conn.close()
 
 
+class Stream:
+    """One slot's pgoutput stream, with logical messages, read as far as asked."""
+
+    def __init__(self, url, slot, publication):
+        self.what = "%s on %s" % (slot, publication)
+        self.conn = replication(url)
+        self.cur = self.conn.cursor()
+        self.cur.start_replication(slot_name=slot, decode=False,
+                                   options={"proto_version": "1", "publication_names": publication,
+                                            "messages": "true"})
+        self.messages = []
+
+    def read_until(self, prefix, timeout=120):
+        """Reads through the transactional message `prefix`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.cur.read_message()
+            if msg is None:
+                select.select([self.cur], [], [], 0.2)
+                continue
+            m = decode_message(msg.payload)
+            self.messages.append(m)
+            if m["tag"] == "M" and m["prefix"] == prefix:
+                return self.messages
+        raise AssertionError("%s: no %r message in %d s (%d messages read)"
+                             % (self.what, prefix, timeout, len(self.messages)))
+
+    def close(self):
+        self.conn.close()
+
+
+def read_until_done(url, slot, publication, timeout=120):
+    """Every pgoutput message of the slot, through the transactional message DONE."""
+    stream = Stream(url, slot, publication)
+    try:
+        return stream.read_until(DONE, timeout)
+    finally:
+        stream.close()
+
+
+def in_force(messages):
+    """The messages with each data change carrying the Relation in force for its table instead
+    of its OID, and no Relation messages: the stream as a consumer applies it. When a Relation is
+    sent (again) is each sender's own choice; pgoutput repeats an unchanged one after any
+    invalidation of the table (a DETACH, say). This is the equivalence pgoutput_parity_test uses."""
+    relations, out = {}, []
+    for m in messages:
+        if m["tag"] == "R":
+            relations[m["oid"]] = {k: v for k, v in m.items() if k != "tag"}
+        elif m["tag"] in ("I", "U", "D"):
+            out.append(dict(m, relid=relations.get(m["relid"], "no Relation sent")))
+        elif m["tag"] == "T":
+            out.append(dict(m, relids=[relations.get(r, "no Relation sent") for r in m["relids"]]))
+        else:
+            out.append(m)
+    return out
+
+
+def changes_only(messages):
+    """in_force() without transaction framing or LSNs: for a readable first difference."""
+    return [m for m in in_force(messages) if m["tag"] not in ("B", "C")]
+
+
+def native_view(theirs):
+    """A native slot's messages less pgrelay's own writes upstream, which no stream through
+    pgrelay carries (README): the changes of its bookkeeping tables (in FOR ALL TABLES), its
+    logical messages (native capture's barriers, the marks of publication changes), and the
+    transactions that leaves empty."""
+    own = {m["oid"] for m in theirs if m["tag"] == "R" and m["schema"] == "_pgrelay"}
+    theirs = [m for m in theirs if m.get("relid") not in own and m.get("oid") not in own
+              and not (m["tag"] == "M" and m["prefix"] in PGRELAY_OWN_MESSAGES)]
+    return [m for i, m in enumerate(theirs)
+            if not (m["tag"] == "B" and i + 1 < len(theirs) and theirs[i + 1]["tag"] == "C")
+            and not (m["tag"] == "C" and i > 0 and theirs[i - 1]["tag"] == "B")]
+
+
+def first_difference(ours, theirs):
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return "message %d: pgrelay %r, native %r" % (i, a, b)
+    return "pgrelay sent %d messages, native %d" % (len(ours), len(theirs))
+
+
 class Mode:
     def __init__(self, env, name):
         self.env = env
@@ -85,8 +231,8 @@ class Mode:
         def setup():
             env.psql_admin("CREATE DATABASE %s" % self.db, db="postgres")
             self.query(SCHEMA)
-            upstream = env.upstream_url(self.db)
-            self.relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % n), upstream=upstream,
+            self.relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % n),
+                                         upstream=env.upstream_url(self.db),
                                          extra_args=["--no-tls", "--capture", n])
             if n == "trigger":
                 with open(self.relay.log_path, "rb") as f:
@@ -94,35 +240,248 @@ class Mode:
                 expect("cannot capture partitioned tables yet" in log and "public.m" in log,
                        "pgrelay says which tables it leaves out", got=log[-1500:])
 
-        env.check("%s: pgrelay serve starts beside a partitioned table with a default partition" % n, setup)
+        env.check("%s: pgrelay serve starts beside partitioned tables with default partitions" % n, setup)
+        if n == "trigger":
+            self.trigger_refusals()
+        else:
+            self.native_equals_a_native_slot()
+            self.native_refuses_via_root()
+            self.writers_move_rows()
+            self.killed_during_attach()
+        self.plain_streams()
 
+    def expect_refusal(self, pub, slot, names, message_has, hint_has):
+        error, messages = start_replication(self.relay.url, slot, pub)
+        expect(error is not None, "START_REPLICATION of %s refused (it streamed %d messages)"
+               % (pub, len(messages)))
+        expect_eq(error.pgcode, "0A000", "the SQLSTATE for %s (%s)" % (pub, (error.pgerror or "").strip()))
+        primary = error.diag.message_primary or ""
+        expect('publication "%s"' % pub in primary and names in primary and message_has in primary,
+               "the refusal of %s names it and %s" % (pub, names), got=primary)
+        expect(hint_has in (error.diag.message_hint or ""), "a hint for %s" % pub, got=error.diag.message_hint)
+
+    def trigger_refusals(self):
         def refused():
             # Writes through the root and into a partition, each of which a stream would have to carry.
-            self.query("INSERT INTO m VALUES (1, 'eu', 'via root'), (2, 'us', 'via root, default')")
+            self.query("INSERT INTO m VALUES (1, 'eu', 'via root'), (2, 'us', 'via root')")
             self.query("INSERT INTO m_eu VALUES (3, 'eu', 'direct')")
-            for i, (pub, names) in enumerate(sorted(REFUSED.items())):
-                error, messages = start_replication(self.relay.url, "refused_%s_%d" % (n, i), pub)
-                expect(error is not None, "START_REPLICATION of %s refused (it streamed %d messages)"
-                       % (pub, len(messages)))
-                expect_eq(error.pgcode, "0A000", "the SQLSTATE for %s (%s)" % (pub, (error.pgerror or "").strip()))
-                primary = error.diag.message_primary or ""
-                expect('publication "%s"' % pub in primary and names in primary and "cannot stream exactly" in primary,
-                       "the refusal of %s names it and %s" % (pub, names), got=primary)
-                expect("ordinary tables" in (error.diag.message_hint or ""), "a hint for %s" % pub,
-                       got=error.diag.message_hint)
+            for i, (pub, names) in enumerate(sorted(REFUSED_TRIGGER.items())):
+                self.expect_refusal(pub, "refused_%d" % i, names, "cannot stream exactly", "ordinary tables")
 
-        env.check("%s: START_REPLICATION of leafpub, rootpub, a partition's and FOR ALL TABLES publications: "
-                  "0A000 naming the publication and table, with a hint" % n, refused)
+        self.env.check("trigger: START_REPLICATION of a publication of the root (via it or not), of partitions "
+                       "and FOR ALL TABLES: 0A000 naming the publication and table, with a hint", refused)
 
-        def plain_streams():
-            conn = psycopg2.connect(self.relay.url, connection_factory=LogicalReplicationConnection)
+    def native_equals_a_native_slot(self):
+        env = self.env
+        upstream = env.upstream_url(self.db)
+        streams = {}
+
+        def stream():
+            for pub in STREAMED:
+                for url in (self.relay.url, upstream):
+                    conn = replication(url)
+                    try:
+                        conn.cursor().create_replication_slot("diff_%s" % pub, output_plugin="pgoutput")
+                    finally:
+                        conn.close()
+            live = [Stream(url, "diff_%s" % pub, pub) for pub in STREAMED for url in (self.relay.url, upstream)]
+            conn = psycopg2.connect(upstream)
+            conn.autocommit = True  # DETACH ... CONCURRENTLY runs outside a transaction block
+            try:
+                cur = conn.cursor()
+                for i, sql in enumerate(WORKLOAD):
+                    cur.execute(sql)
+                    # A stream reads a publication's tables as they are when it reaches the change
+                    # of them (README), which is exact for a consumer that keeps up: each stream
+                    # reads through each statement before the next runs.
+                    cur.execute("SELECT pg_logical_emit_message(true, %s, '')", ("step-%d" % i,))
+                    for stream in live:
+                        stream.read_until("step-%d" % i)
+                cur.execute("SELECT pg_logical_emit_message(true, %s, 'end')", (DONE,))
+            finally:
+                conn.close()
+            for i, pub in enumerate(STREAMED):
+                streams[pub] = (live[2 * i].read_until(DONE), live[2 * i + 1].read_until(DONE))
+            for stream in live:
+                stream.close()
+
+        env.check("native: the workload over partitioned tables runs with slots of pgrelay and of the "
+                  "upstream on leafpub, partpub and allpub", stream)
+        for pub in STREAMED:
+            def same(pub=pub):
+                ours, theirs = streams[pub][0], native_view(streams[pub][1])
+                a, b = changes_only(ours), changes_only(theirs)
+                expect(a == b, "%s: pgrelay's changes equal the native slot's" % pub, got=first_difference(a, b))
+                a, b = in_force(ours), in_force(theirs)
+                expect(a == b, "%s: and so do the transactions, LSNs and xids included" % pub,
+                       got=first_difference(a, b))
+                tags = [m["tag"] for m in a]
+                expect(all(t in tags for t in "IUDT"), "%s carries inserts, updates, deletes and truncates" % pub,
+                       got=tags)
+
+            env.check("native: %s streams through pgrelay message by message as from a native slot" % pub, same)
+
+    def native_refuses_via_root(self):
+        def refused():
+            self.expect_refusal("rootpub", "via_root", "partitioned table public.m", "publish_via_partition_root",
+                                "publish_via_partition_root = false")
+
+        self.env.check("native: a publication with publish_via_partition_root is refused with 0A000 and a hint",
+                       refused)
+
+    def writers_move_rows(self):
+        env = self.env
+        upstream = env.upstream_url(self.db)
+
+        def replayed():
+            conn = replication(self.relay.url)
+            try:
+                conn.cursor().create_replication_slot("movers", output_plugin="pgoutput")
+            finally:
+                conn.close()
+            stop = time.monotonic() + 20
+            failures = []
+
+            def writer(w):
+                rng = random.Random(w)
+                c = psycopg2.connect(upstream)
+                c.autocommit = True
+                cur = c.cursor()
+                ids = []
+                try:
+                    while time.monotonic() < stop:
+                        op = rng.random()
+                        if op < 0.4 or not ids:
+                            new = w * 1000000 + len(ids) + 1
+                            cur.execute("INSERT INTO mv VALUES (%s, %s, 0)", (new, rng.choice("abcdz")))
+                            ids.append(new)
+                        elif op < 0.7:
+                            cur.execute("UPDATE mv SET region = %s, n = n + 1 WHERE id = %s",
+                                        (rng.choice("abcdz"), rng.choice(ids)))
+                        elif op < 0.9:
+                            cur.execute("UPDATE mv SET n = n + 1 WHERE id = %s", (rng.choice(ids),))
+                        else:
+                            cur.execute("DELETE FROM mv WHERE id = %s", (rng.choice(ids),))
+                except Exception as e:  # reported below, with the writer
+                    failures.append("writer %d: %s" % (w, e))
+                finally:
+                    c.close()
+
+            threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            expect_eq(failures, [], "the writers' errors")
+            self.query("SELECT pg_logical_emit_message(true, %s, 'end')", (DONE,))
+            messages = read_until_done(self.relay.url, "movers", "mvpub", timeout=300)
+            columns, state, moves = {}, {}, 0
+            for m in messages:
+                if m["tag"] == "R":
+                    columns[m["oid"]] = [c["name"] for c in m["columns"]]
+                    continue
+                if m["tag"] not in ("I", "U", "D"):
+                    continue
+                names = columns[m["relid"]]
+
+                def row(t):
+                    return dict(zip(names, t))
+                if m["tag"] in ("U", "D") and m["old"] is not None:
+                    old = row(m["old"])
+                    state.pop((old["id"], old["region"]), None)
+                if m["tag"] == "D":
+                    moves += 1
+                if m["tag"] in ("I", "U"):
+                    new = row(m["new"])
+                    state[(new["id"], new["region"])] = new["n"]
+            rows = self.query("SELECT id::text, region, n::text FROM mv")
+            expected = {(i, region): n for i, region, n in rows}
+            expect(len(expected) > 1000, "the writers left more than 1,000 rows", got=len(expected))
+            expect(state == expected, "the stream replayed equals mv (%d rows; %d deletes, row moves included)"
+                   % (len(expected), moves),
+                   got=sorted(set(state.items()) ^ set(expected.items()))[:10])
+
+        env.check("native: 8 writers for 20 s moving rows between partitions; the stream replayed equals the "
+                  "table", replayed)
+
+    def killed_during_attach(self):
+        env = self.env
+        upstream = env.upstream_url(self.db)
+
+        def crash():
+            for url in (self.relay.url, upstream):
+                conn = replication(url)
+                try:
+                    conn.cursor().create_replication_slot("attach", output_plugin="pgoutput")
+                finally:
+                    conn.close()
+            stop = threading.Event()
+            failures = []
+
+            def writer():
+                c = psycopg2.connect(upstream)
+                c.autocommit = True
+                try:
+                    i = 0
+                    while not stop.is_set():
+                        i += 1
+                        c.cursor().execute("INSERT INTO m VALUES (%s, %s, 'writer')",
+                                           (2000 + i, ("eu", "us", "jp", "zz")[i % 4]))
+                except Exception as e:  # reported below
+                    failures.append(str(e))
+                finally:
+                    c.close()
+
+            def attach():
+                try:
+                    env.db_query(self.db, "ALTER TABLE m ATTACH PARTITION m_it FOR VALUES IN ('it')")
+                except Exception as e:  # reported below
+                    failures.append("ATTACH: %s" % e)
+
+            w = threading.Thread(target=writer)
+            w.start()
+            time.sleep(1.0)
+            a = threading.Thread(target=attach)
+            a.start()
+            time.sleep(random.Random(7).uniform(0.0, 0.05))
+            self.relay.kill_if_running()
+            a.join()
+            self.query("INSERT INTO m VALUES (3000, 'it', 'attached while pgrelay was down')")
+            time.sleep(0.5)
+            self.relay = env.start_relay(data_dir=self.relay.data_dir, upstream=upstream,
+                                         extra_args=["--no-tls", "--capture", "native"])
+            self.query("INSERT INTO m VALUES (3001, 'it', 'after the restart')")
+            time.sleep(1.0)
+            stop.set()
+            w.join()
+            expect_eq(failures, [], "the writer's and the ATTACH's errors")
+            self.query("SELECT pg_logical_emit_message(true, %s, 'end')", (DONE,))
+            ours = read_until_done(self.relay.url, "attach", "leafpub")
+            theirs = native_view(read_until_done(upstream, "attach", "leafpub"))
+            a, b = changes_only(ours), changes_only(theirs)
+            expect(a == b, "after kill -9 during ATTACH, pgrelay's changes equal the native slot's",
+                   got=first_difference(a, b))
+            a, b = in_force(ours), in_force(theirs)
+            expect(a == b, "and so do the transactions, LSNs included", got=first_difference(a, b))
+            inserted = [m["new"][0] for m in a if m["tag"] == "I"]
+            expect("3000" in inserted and "3001" in inserted and len(inserted) > 20,
+                   "the attached partition's rows and the writer's are in the stream", got=inserted[-5:])
+
+        env.check("native: kill -9 of pgrelay during an ATTACH PARTITION while a writer runs; after the "
+                  "restart the stream equals a native slot's", crash)
+
+    def plain_streams(self):
+        n = self.name
+
+        def plain():
+            conn = replication(self.relay.url)
             try:
                 cur = conn.cursor()
                 cur.create_replication_slot("plain_%s" % n, output_plugin="pgoutput")
                 cur.start_replication(slot_name="plain_%s" % n, decode=False,
                                       options={"proto_version": "1", "publication_names": "plainpub"})
-                self.query("INSERT INTO plain VALUES (1, 'one'), (2, 'two')")
-                self.query("INSERT INTO m VALUES (10, 'eu', 'not in plainpub')")
+                self.query("INSERT INTO plain VALUES (101, 'one'), (102, 'two')")
+                self.query("INSERT INTO m VALUES (100, 'eu', 'not in plainpub')")
                 ids, deadline = [], time.monotonic() + 60
                 while len(ids) < 2 and time.monotonic() < deadline:
                     msg = cur.read_message()
@@ -132,11 +491,11 @@ class Mode:
                     m = decode_message(msg.payload)
                     if m["tag"] == "I":
                         ids.append(m["new"][0])
-                expect_eq(ids, ["1", "2"], "the plain table's rows through plainpub")
+                expect_eq(ids, ["101", "102"], "the plain table's rows through plainpub")
             finally:
                 conn.close()
 
-        env.check("%s: a publication of the plain table streams in the same pgrelay" % n, plain_streams)
+        self.env.check("%s: a publication of the plain table streams in the same pgrelay" % n, plain)
 
 
 def body(env):
