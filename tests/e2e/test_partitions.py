@@ -28,7 +28,7 @@ import time
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from e2e_support import expect, expect_eq, main, run_capture_modes
+from e2e_support import CheckFailed, Env, expect, expect_eq, main, query_url, run_capture_modes, wait_until
 from pgoutput_decode import decode_message
 
 LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 30\nmax_wal_senders = 30\n"
@@ -46,11 +46,6 @@ CREATE TABLE r (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
 CREATE TABLE r_1 PARTITION OF r FOR VALUES FROM (0) TO (100);
 CREATE TABLE r_2 PARTITION OF r FOR VALUES FROM (100) TO (200);
 CREATE TABLE plain (id int PRIMARY KEY, v text);
-CREATE TABLE mv (id int, region text, n int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
-CREATE TABLE mv_a PARTITION OF mv FOR VALUES IN ('a');
-CREATE TABLE mv_b PARTITION OF mv FOR VALUES IN ('b');
-CREATE TABLE mv_c PARTITION OF mv FOR VALUES IN ('c');
-CREATE TABLE mv_rest PARTITION OF mv DEFAULT;
 CREATE TABLE m_it (id int NOT NULL, region text NOT NULL, v text);
 INSERT INTO m_it SELECT g, 'it', 'before attach' FROM generate_series(1000, 1099) g;
 CREATE PUBLICATION leafpub FOR TABLE m, r;
@@ -59,6 +54,13 @@ CREATE PUBLICATION allpub FOR ALL TABLES;
 CREATE PUBLICATION rootpub FOR TABLE m WITH (publish_via_partition_root = true);
 CREATE PUBLICATION plainpub FOR TABLE plain;
 CREATE PUBLICATION mvpub FOR TABLE mv;
+"""
+MV_SCHEMA = """
+CREATE TABLE mv (id int, region text, n int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE mv_a PARTITION OF mv FOR VALUES IN ('a');
+CREATE TABLE mv_b PARTITION OF mv FOR VALUES IN ('b');
+CREATE TABLE mv_c PARTITION OF mv FOR VALUES IN ('c');
+CREATE TABLE mv_rest PARTITION OF mv DEFAULT;
 """
 STREAMED = ["leafpub", "partpub", "allpub"]  # native capture streams these
 REFUSED_TRIGGER = {  # publication: the table its refusal names
@@ -221,6 +223,7 @@ class Mode:
         self.name = name
         self.db = "part_%s" % name
         self.relay = None
+        self.subscriber = None
 
     def query(self, sql, args=None):
         return self.env.db_query(self.db, sql, args)
@@ -230,7 +233,7 @@ class Mode:
 
         def setup():
             env.psql_admin("CREATE DATABASE %s" % self.db, db="postgres")
-            self.query(SCHEMA)
+            self.query(MV_SCHEMA + SCHEMA)
             self.relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % n),
                                          upstream=env.upstream_url(self.db),
                                          extra_args=["--no-tls", "--capture", n])
@@ -246,7 +249,11 @@ class Mode:
         else:
             self.native_equals_a_native_slot()
             self.native_refuses_via_root()
-            self.writers_move_rows()
+            try:
+                self.writers_move_rows()
+            finally:
+                if self.subscriber:
+                    self.subscriber.cleanup()
             self.killed_during_attach()
         self.plain_streams()
 
@@ -339,6 +346,19 @@ class Mode:
                 conn.cursor().create_replication_slot("movers", output_plugin="pgoutput")
             finally:
                 conn.close()
+            # PostgreSQL's own subscriber, on a second cluster with the same partitions: its
+            # table sync copies each partition, then its apply worker follows the writers.
+            sub = Env(env.pgrelay, env.name + "/subscriber")
+            self.subscriber = sub
+            sub.start_postgres("max_logical_replication_workers = 8\nmax_sync_workers_per_subscription = 4\n"
+                               "wal_retrieve_retry_interval = '1s'\n")
+            sub.psql_admin("CREATE DATABASE sub", db="postgres")
+            sub_url = sub.upstream_url("sub")
+            query_url(sub_url, MV_SCHEMA)
+            query_url(sub_url, "CREATE SUBSCRIPTION movers_sub CONNECTION '%s' PUBLICATION mvpub" % self.relay.url)
+            wait_until(lambda: query_url(sub_url, "SELECT count(*) = 4 AND bool_and(srsubstate = 'r') "
+                                                  "FROM pg_subscription_rel")[0][0],
+                       120, "the subscriber's table sync of mv's 4 partitions")
             stop = time.monotonic() + 20
             failures = []
 
@@ -400,9 +420,22 @@ class Mode:
             expect(state == expected, "the stream replayed equals mv (%d rows; %d deletes, row moves included)"
                    % (len(expected), moves),
                    got=sorted(set(state.items()) ^ set(expected.items()))[:10])
+            table = "SELECT tableoid::regclass::text, id::text, region, n::text FROM mv ORDER BY 2, 3"
+            want = self.query(table)
+            seen = {}
 
-        env.check("native: 8 writers for 20 s moving rows between partitions; the stream replayed equals the "
-                  "table", replayed)
+            def subscriber_caught_up():
+                seen["rows"] = query_url(sub_url, table)
+                return seen["rows"] == want
+            try:
+                wait_until(subscriber_caught_up, 120, "the subscriber's mv")
+            except CheckFailed:
+                got = set(map(tuple, seen.get("rows", [])))
+                expect(False, "PostgreSQL's subscriber has mv exactly, partition by partition",
+                       got=sorted(got ^ set(map(tuple, want)))[:10])
+
+        env.check("native: 8 writers for 20 s moving rows between partitions; the stream replayed, and "
+                  "PostgreSQL's own subscriber, equal the table", replayed)
 
     def killed_during_attach(self):
         env = self.env
