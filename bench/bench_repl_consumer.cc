@@ -262,7 +262,10 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
     ++s.transactions;
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
-    rc.is_bench = r->name == "bench";
+    // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
+    rc.is_bench = r->name == "bench" ||
+                  (r->name.size() > 7 && r->name.compare(0, 7, "bench_p") == 0 &&
+                   r->name.find_first_not_of("0123456789", 7) == std::string::npos);
     for (std::size_t i = 0; i < r->columns.size(); ++i) {
       const std::string& n = r->columns[i].name;
       if (n == "id") rc.id = static_cast<int>(i);

@@ -37,7 +37,8 @@
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
 # CLIENTS (pgbench connections, default 4), CAPTURES (default "native trigger"),
 # BULK_ROWS (default 1000000; 0 skips the bulk run), BULK_PAYLOAD (default 200),
-# BULK_DATA (repeat, the default, or random),
+# BULK_DATA (repeat, the default, or random), BENCH_PARTITIONS (default 0: a plain table; N: the
+# table is hash-partitioned into N partitions, which only native capture streams: CAPTURES=native),
 # BULK_TOAST_MB (default 0: no TOAST run), RUNS (default "fanout live latency bulk"),
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
@@ -58,6 +59,7 @@ CAPTURES=${CAPTURES:-"native trigger"}
 BULK_ROWS=${BULK_ROWS:-1000000}
 BULK_PAYLOAD=${BULK_PAYLOAD:-200}
 BULK_DATA=${BULK_DATA:-repeat}
+BENCH_PARTITIONS=${BENCH_PARTITIONS:-0}
 BULK_TOAST_MB=${BULK_TOAST_MB:-0}
 RUNS=${RUNS:-"fanout live latency bulk"}
 CAPTURE=""  # the mode of the pgrelay running now
@@ -136,9 +138,19 @@ RELAY_CONN="host=127.0.0.1 port=$RELAY_PORT user=postgres dbname=bench password=
 "$BIN/psql" -qX -h 127.0.0.1 -p "$PG_PORT" -U postgres -c "ALTER USER postgres PASSWORD 'bench'" \
   -c "CREATE DATABASE bench" postgres
 pg() { timeout 120 "$BIN/psql" "$PG_CONN" -X -v ON_ERROR_STOP=1 -qAt "$@"; }
-pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
-                           ts_us bigint NOT NULL, payload text)" \
-   -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
+if [ "$BENCH_PARTITIONS" -gt 0 ]; then
+  # Hash partitions bench_p0..: the publication publishes them as themselves (native capture).
+  pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
+                             ts_us bigint NOT NULL, payload text) PARTITION BY HASH (id)" \
+     -c "DO \$b\$ BEGIN FOR i IN 0 .. $BENCH_PARTITIONS - 1 LOOP EXECUTE format('CREATE TABLE bench_p%s
+           PARTITION OF bench FOR VALUES WITH (MODULUS %s, REMAINDER %s)', i, $BENCH_PARTITIONS, i);
+         END LOOP; END \$b\$" \
+     -c "CREATE PUBLICATION bench_pub FOR TABLE bench" >/dev/null
+else
+  pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
+                             ts_us bigint NOT NULL, payload text)" \
+     -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
+fi
 cat >"$WORK/insert.sql" <<EOF
 \set k random(1, 1000000)
 INSERT INTO bench (k, ts_us, payload) VALUES (:k, (extract(epoch from clock_timestamp()) * 1000000)::bigint, '$PAYLOAD');
