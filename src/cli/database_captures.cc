@@ -82,8 +82,9 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
         {{"database", upstream.dbname},
          {"tables", join(installed.inexact_tables)},
          {"hint",
-          "Publish only ordinary tables for streams through pgrelay; `pgrelay doctor` lists "
-          "the publications."}});
+          "Publish only ordinary tables for streams through pgrelay, or capture natively "
+          "(--capture native), which streams partitions; `pgrelay doctor` lists the "
+          "publications."}});
   }
   return std::unique_ptr<ServeCapture>(std::move(*link));
 }
