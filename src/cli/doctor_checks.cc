@@ -370,11 +370,9 @@ Check check_publications(const Facts& f) {
     c.fixes.push_back(
         Fix{"publish only ordinary tables for streams through pgrelay (ALTER "
             "PUBLICATION ... DROP TABLE, or a publication FOR TABLE the others), "
-            "and stream partitioned tables from the upstream's own slot",
-            {}});
-    c.fixes.push_back(
-        Fix{"or capture natively (serve --capture native, which needs wal_level = logical and "
-            "the REPLICATION right): it streams the partitions of publications without "
+            "and stream partitioned tables from the upstream's own slot; or capture natively "
+            "(serve --capture native, which needs wal_level = logical and the REPLICATION "
+            "right), which streams the partitions of publications without "
             "publish_via_partition_root",
             {}});
     return c;

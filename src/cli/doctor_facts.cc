@@ -237,14 +237,13 @@ Status read_publications(PGconn* conn, const std::string& schema, bool pg15, Fac
                  "WHERE pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL "
                  "ORDER BY p.pubname, n.nspname, c.relname");
   if (!n.ok()) return n.error();
-  // Each such publication is read as START_REPLICATION reads it: what it would refuse is what
-  // pgrelay cannot evaluate.
+  // Each such publication is read as START_REPLICATION reads its rules: what it would refuse
+  // of them is what pgrelay cannot evaluate (partitions are the publications check's).
   std::map<std::string, std::string> refusals;
   for (int i = 0; i < n->count(); ++i) {
     std::string name = n->value(i, 4);
     if (!refusals.count(name)) {
-      auto view =
-          server::load_publication_view(conn, {name}, false, server::PartitionCapture::kNone);
+      auto view = server::load_publication_rules(conn, {name});
       refusals[name] = !view.ok() && view.error().sqlstate == sqlstate::kFeatureNotSupported
                            ? view.error().message
                            : "";

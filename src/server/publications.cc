@@ -401,23 +401,19 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
   }
   return out;
 }
-}  // namespace
 
-Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
-                                               bool messages, PartitionCapture partitions) {
-  std::string array = text_array(names);
-  auto pubs = load_publications(conn, names, array);
-  if (!pubs.ok()) return pubs.error();
-  PGRELAY_TRY(refuse_partitioned(conn, array, partitions));
+// The view of the publications `pubs` (named in the text[] literal `array`).
+Result<log::ViewOptions> build_view(PGconn* conn, const std::vector<Pub>& pubs,
+                                    const std::string& array, bool messages) {
   log::ViewOptions view;
   view.operations = messages ? log::kOpMessage : 0;
   bool all_tables = false;
-  for (const Pub& p : *pubs) {
+  for (const Pub& p : pubs) {
     all_tables |= p.all_tables;
     view.operations |= p.operations;
   }
   if (PQserverVersion(conn) >= 150000) {
-    auto rules = load_table_rules(conn, *pubs, array);
+    auto rules = load_table_rules(conn, pubs, array);
     if (!rules.ok()) return rules.error();
     view.publications = std::move(*rules);
     view.operations = log::kAllOperations & ~log::kOpMessage;
@@ -447,6 +443,25 @@ Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<s
   }
   view.tables = std::move(filter);
   return view;
+}
+
+}  // namespace
+
+Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
+                                               bool messages, PartitionCapture partitions) {
+  const std::string array = text_array(names);
+  auto pubs = load_publications(conn, names, array);
+  if (!pubs.ok()) return pubs.error();
+  PGRELAY_TRY(refuse_partitioned(conn, array, partitions));
+  return build_view(conn, *pubs, array, messages);
+}
+
+Result<log::ViewOptions> load_publication_rules(PGconn* conn,
+                                                const std::vector<std::string>& names) {
+  const std::string array = text_array(names);
+  auto pubs = load_publications(conn, names, array);
+  if (!pubs.ok()) return pubs.error();
+  return build_view(conn, *pubs, array, /*messages=*/false);
 }
 
 }  // namespace pgrelay::server

@@ -38,4 +38,9 @@ enum class PartitionCapture {
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages, PartitionCapture partitions);
 
+// The same view without the partition refusal: what START_REPLICATION would refuse of the
+// publications' row filters and column lists alone (doctor's publication_filters check).
+Result<log::ViewOptions> load_publication_rules(PGconn* conn,
+                                                const std::vector<std::string>& names);
+
 }  // namespace pgrelay::server

@@ -373,6 +373,14 @@ def body(env):
                          "public.parted" if via_root == "true" else "public.parted_1",
                          "cannot stream exactly yet", "refused (0A000)", "ordinary tables")
             env.psql_admin("DROP PUBLICATION pub_part")
+        # A row filter pgrelay evaluates, on a partition: the filter check judges the filter, and
+        # leaves the partition to the publications check.
+        env.psql_admin("CREATE PUBLICATION pub_part FOR TABLE parted_1 WHERE (id > 0)")
+        checks, out = doctor(env, su, 1)
+        expect_check(checks, "publication_filters", "OK", "applies the row filters",
+                     "pub_part: a row filter (WHERE) on public.parted_1")
+        expect_check(checks, "publications", "FAIL", "pub_part", "public.parted_1")
+        env.psql_admin("DROP PUBLICATION pub_part")
         env.psql_admin("CREATE PUBLICATION pub_part FOR TABLE parted")
         expect(serve_starts(env, su), "pgrelay serve starts: it only refuses that publication's streams")
         env.psql_admin("DROP PUBLICATION pub_part")
