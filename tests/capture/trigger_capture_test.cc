@@ -585,6 +585,45 @@ TEST_F(TriggerCaptureTest, AStatementsRowsAreWrittenInChunksAndReadInOrder) {
   EXPECT_EQ(texts(std::get<pgoutput::Insert>(old_form[0]).new_tuple), (Values{"9001", "x", "2"}));
 }
 
+// An installation of version 3 (one change row per row, no row arrays) is upgraded by installing:
+// the arrays are added in place, with lz4, so the (regenerated) triggers can write chunks, and a
+// row version 3 left behind is still read, in order with the new ones.
+TEST_F(TriggerCaptureTest, AnInstallationOfVersion3IsUpgradedInPlaceAndItsRowsAreStillRead) {
+  create_table("up3", "(id int PRIMARY KEY, v text)");
+  install_tables({"up3"});
+  start_poller();
+  server_->exec(
+      "ALTER TABLE _pgrelay.changes DROP COLUMN old_rows, DROP COLUMN new_rows, "
+      "DROP COLUMN unchanged_rows;"
+      "UPDATE _pgrelay.meta SET value = '3' WHERE key = 'version'");
+  // What version 3's trigger wrote for INSERT INTO up3 VALUES (1, 'v3').
+  server_->exec(
+      "INSERT INTO _pgrelay.changes (rel, op, layout, new_row) SELECT 'up3'::regclass, 'I', "
+      "max(version), '(1,v3)' FROM _pgrelay.layouts WHERE relid = 'up3'::regclass");
+  install_tables({"up3"});
+  EXPECT_EQ(server_->scalar("SELECT value FROM _pgrelay.meta WHERE key = 'version'"),
+            std::to_string(kInstallVersion));
+  EXPECT_EQ(server_->scalar("SELECT string_agg(attname || ':' || attcompression::text, ',' ORDER "
+                            "BY attname) FROM pg_attribute WHERE attrelid = "
+                            "'_pgrelay.changes'::regclass AND attname LIKE '%\\_rows'"),
+            "new_rows:l,old_rows:l,unchanged_rows:");
+  server_->exec("INSERT INTO up3 VALUES (2, 'v4'), (3, 'v4')");
+  EXPECT_EQ(server_->scalar("SELECT string_agg(coalesce(cardinality(new_rows), 0)::text, ',' "
+                            "ORDER BY seq) FROM _pgrelay.changes"),
+            "0,2");
+  PollStats st = poll();
+  EXPECT_EQ(st.rows, 3u);
+  EXPECT_EQ(st.skipped_rows, 0u);
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 2u);
+  auto first = data_changes(log[0]);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(first[0]).new_tuple), (Values{"1", "v3"}));
+  auto second = data_changes(log[1]);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(second[1]).new_tuple), (Values{"3", "v4"}));
+}
+
 TEST_F(TriggerCaptureTest, RolledBackSavepointLeavesOnlyCommittedRows) {
   create_table("sp", "(id int PRIMARY KEY)");
   install_tables({"sp"});
