@@ -51,6 +51,7 @@ INSERT INTO m_it SELECT g, 'it', 'before attach' FROM generate_series(1000, 1099
 CREATE PUBLICATION leafpub FOR TABLE m, r;
 CREATE PUBLICATION partpub FOR TABLE m_eu, m_jp;
 CREATE PUBLICATION allpub FOR ALL TABLES;
+CREATE PUBLICATION schemapub FOR TABLES IN SCHEMA public;
 CREATE PUBLICATION rootpub FOR TABLE m WITH (publish_via_partition_root = true);
 CREATE PUBLICATION plainpub FOR TABLE plain;
 CREATE PUBLICATION mvpub FOR TABLE mv;
@@ -62,12 +63,13 @@ CREATE TABLE mv_b PARTITION OF mv FOR VALUES IN ('b');
 CREATE TABLE mv_c PARTITION OF mv FOR VALUES IN ('c');
 CREATE TABLE mv_rest PARTITION OF mv DEFAULT;
 """
-STREAMED = ["leafpub", "partpub", "allpub"]  # native capture streams these
+STREAMED = ["leafpub", "partpub", "allpub", "schemapub"]  # native capture streams these
 REFUSED_TRIGGER = {  # publication: the table its refusal names
     "leafpub": "public.m_eu",
     "rootpub": "partitioned table public.m",
     "partpub": "public.m_eu, a partition of public.m",
     "allpub": "public.m_eu",
+    "schemapub": "public.m_eu",
 }
 # Every kind of change a stream of a partitioned table must carry; each statement commits alone.
 WORKLOAD = [
@@ -275,7 +277,7 @@ class Mode:
             for i, (pub, names) in enumerate(sorted(REFUSED_TRIGGER.items())):
                 self.expect_refusal(pub, "refused_%d" % i, names, "cannot stream exactly", "ordinary tables")
 
-        self.env.check("trigger: START_REPLICATION of a publication of the root (via it or not), of partitions "
+        self.env.check("trigger: START_REPLICATION of a publication of the root (via it or not), of partitions, IN SCHEMA "
                        "and FOR ALL TABLES: 0A000 naming the publication and table, with a hint", refused)
 
     def native_equals_a_native_slot(self):
@@ -313,7 +315,7 @@ class Mode:
                 stream.close()
 
         env.check("native: the workload over partitioned tables runs with slots of pgrelay and of the "
-                  "upstream on leafpub, partpub and allpub", stream)
+                  "upstream on leafpub, partpub, allpub and schemapub", stream)
         for pub in STREAMED:
             def same(pub=pub):
                 ours, theirs = streams[pub][0], native_view(streams[pub][1])
