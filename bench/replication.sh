@@ -138,18 +138,16 @@ RELAY_CONN="host=127.0.0.1 port=$RELAY_PORT user=postgres dbname=bench password=
 "$BIN/psql" -qX -h 127.0.0.1 -p "$PG_PORT" -U postgres -c "ALTER USER postgres PASSWORD 'bench'" \
   -c "CREATE DATABASE bench" postgres
 pg() { timeout 120 "$BIN/psql" "$PG_CONN" -X -v ON_ERROR_STOP=1 -qAt "$@"; }
+partition_by=""
+[ "$BENCH_PARTITIONS" -gt 0 ] && partition_by="PARTITION BY HASH (id)"
+pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
+                           ts_us bigint NOT NULL, payload text) $partition_by" \
+   -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
 if [ "$BENCH_PARTITIONS" -gt 0 ]; then
   # Hash partitions bench_p0..: the publication publishes them as themselves (native capture).
-  pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
-                             ts_us bigint NOT NULL, payload text) PARTITION BY HASH (id)" \
-     -c "DO \$b\$ BEGIN FOR i IN 0 .. $BENCH_PARTITIONS - 1 LOOP EXECUTE format('CREATE TABLE bench_p%s
+  pg -c "DO \$b\$ BEGIN FOR i IN 0 .. $BENCH_PARTITIONS - 1 LOOP EXECUTE format('CREATE TABLE bench_p%s
            PARTITION OF bench FOR VALUES WITH (MODULUS %s, REMAINDER %s)', i, $BENCH_PARTITIONS, i);
-         END LOOP; END \$b\$" \
-     -c "CREATE PUBLICATION bench_pub FOR TABLE bench" >/dev/null
-else
-  pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 0,
-                             ts_us bigint NOT NULL, payload text)" \
-     -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
+         END LOOP; END \$b\$"
 fi
 cat >"$WORK/insert.sql" <<EOF
 \set k random(1, 1000000)
