@@ -9,12 +9,23 @@ namespace {
 
 // The fingerprint covers what a walsender reads from publications: their actions, tables (by
 // name too: a rename changes which Relations match), row filters, column lists (by name),
-// schemas, and the leaf partitions of the partitioned tables they publish (listed or in a
-// schema), which a partition created, attached or detached changes.
+// schemas, and of the partitioned tables they publish (listed, in a schema, or all of them
+// under FOR ALL TABLES via the root): the leaf partitions, which a partition created, attached
+// or detached changes, and the columns and replica identity, which a partition's changes are
+// sent with when published via the root.
 std::string fingerprint_function(const std::string& schema, const std::string& own) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          R"sql(.publications_fingerprint() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  -- Partitioned tables a publication lists or holds through a schema, and all of them when a
+  -- FOR ALL TABLES publication publishes via the root.
+  WITH published_partitioned AS (
+    SELECT c.oid, c.relreplident FROM pg_class c
+    WHERE c.relkind = 'p'
+      AND (EXISTS (SELECT FROM pg_publication_rel r WHERE r.prrelid = c.oid)
+           OR EXISTS (SELECT FROM pg_publication_namespace n WHERE n.pnnspid = c.relnamespace)
+           OR EXISTS (SELECT FROM pg_publication p WHERE p.puballtables AND p.pubviaroot))
+  )
   SELECT md5(coalesce(string_agg(f.x, E'\n' ORDER BY f.x), '')) FROM (
     SELECT format('p|%s|%s|%s|%s|%s|%s|%s|%s', p.oid, p.pubname, p.puballtables, p.pubinsert,
                   p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot)
@@ -33,10 +44,19 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     FROM pg_publication_namespace n
     UNION ALL
     SELECT DISTINCT format('l|%s|%s', c.oid, l.relid::regclass)
-    FROM pg_class c CROSS JOIN LATERAL pg_partition_tree(c.oid) l
-    WHERE c.relkind = 'p' AND l.isleaf
-      AND (EXISTS (SELECT FROM pg_publication_rel r WHERE r.prrelid = c.oid)
-           OR EXISTS (SELECT FROM pg_publication_namespace n WHERE n.pnnspid = c.relnamespace))
+    FROM published_partitioned c CROSS JOIN LATERAL pg_partition_tree(c.oid) l
+    WHERE l.isleaf
+    UNION ALL
+    SELECT format('c|%s|%s|%s|%s|%s', c.oid, c.oid::regclass, c.relreplident,
+                  (SELECT string_agg(format('%s:%s:%s', a.attname, a.atttypid, a.atttypmod), ','
+                                     ORDER BY a.attnum)
+                   FROM pg_attribute a
+                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                  (SELECT string_agg(format('%s:%s:%s', i.indkey, i.indisprimary, i.indisreplident),
+                                     ',' ORDER BY i.indexrelid)
+                   FROM pg_index i
+                   WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)))
+    FROM published_partitioned c
   ) f(x)
 $fn$;
 )sql";

@@ -372,8 +372,8 @@ Check check_publications(const Facts& f) {
             "PUBLICATION ... DROP TABLE, or a publication FOR TABLE the others), "
             "and stream partitioned tables from the upstream's own slot; or capture natively "
             "(serve --capture native, which needs wal_level = logical and the REPLICATION "
-            "right), which streams the partitions of publications without "
-            "publish_via_partition_root",
+            "right), which streams them as the upstream's own slot does (via the root too, "
+            "on PostgreSQL 15 and later)",
             {}});
     return c;
   }

@@ -66,6 +66,40 @@ bool operation_allowed(OperationSet set, const ChangeMessage& message) {
       message);
 }
 
+// A Relation and the Types stored before it, as send_relation_and_attrs writes them; with a
+// column list (`keep` not empty), only the kept columns and the Types of those.
+void append_relation(const pgoutput::Relation& relation, const std::vector<Change>& types,
+                     const std::vector<bool>& keep, Lsn lsn, std::vector<Change>& out) {
+  if (keep.empty()) {
+    for (const Change& type : types) out.push_back(type);
+    out.push_back(Change{lsn, relation});
+    return;
+  }
+  pgoutput::Relation projected = relation;
+  projected.columns.clear();
+  std::set<pgoutput::Oid> kept_types;
+  for (std::size_t i = 0; i < relation.columns.size(); ++i) {
+    if (!keep[i]) continue;
+    kept_types.insert(relation.columns[i].type_oid);
+    projected.columns.push_back(relation.columns[i]);
+  }
+  for (const Change& type : types) {
+    const auto* t = std::get_if<pgoutput::Type>(&type.message);
+    if (t == nullptr || kept_types.count(t->oid) != 0) out.push_back(type);
+  }
+  out.push_back(Change{lsn, std::move(projected)});
+}
+
+// Per column of `relation`, whether the column list (by name) keeps it.
+std::vector<bool> kept_columns(const pgoutput::Relation& relation,
+                               const std::vector<std::string>& columns) {
+  std::vector<bool> keep(relation.columns.size());
+  for (std::size_t i = 0; i < relation.columns.size(); ++i) {
+    keep[i] = std::find(columns.begin(), columns.end(), relation.columns[i].name) != columns.end();
+  }
+  return keep;
+}
+
 }  // namespace
 
 // --- TableFilter ---
@@ -156,6 +190,20 @@ std::string PublicationTables::key() const {
       field(rule.error->sqlstate);
       field(rule.error->message);
     }
+    if (rule.publish_as) {
+      const PublishedAs& as = *rule.publish_as;
+      field("as");
+      field(std::to_string(as.relation.oid));
+      field(as.relation.namespace_name);
+      field(as.relation.name);
+      field(std::string(1, as.relation.replica_identity));
+      field(std::to_string(as.leaves) + (as.truncate ? "t" : "-"));
+      for (const pgoutput::Column& c : as.relation.columns) {
+        field(c.name);
+        field(std::to_string(c.flags) + ":" + std::to_string(c.type_oid) + ":" +
+              std::to_string(c.type_modifier));
+      }
+    }
   }
   return out;
 }
@@ -195,6 +243,7 @@ void ChangeView::start(const EntryMeta& meta) {
   meta_ = meta;
   relations_.clear();
   pending_types_.clear();
+  targets_sent_.clear();
   sent_any_ = false;
   publications_changed_ = false;
   pause_pending_ = false;
@@ -215,30 +264,25 @@ Result<ChangeView::RelationState*> ChangeView::state_for(pgoutput::Oid oid, Lsn 
 void ChangeView::send_relation(RelationState& state, std::vector<Change>& out) {
   if (state.sent) return;
   state.sent = true;
-  if (state.keep.empty()) {
-    for (const Change& type : state.types) out.push_back(type);
-    out.push_back(Change{state.lsn, state.relation});
+  // Published via an ancestor: the ancestor's schema first, then the partition's own
+  // (maybe_send_schema), each under the column list.
+  if (state.publish_as) {
+    append_relation(state.target, state.target_types, state.keep, state.lsn, out);
+    append_relation(state.relation, state.types, state.leaf_keep, state.lsn, out);
     return;
   }
-  pgoutput::Relation projected = state.relation;
-  projected.columns.clear();
-  std::set<pgoutput::Oid> kept_types;
-  for (std::size_t i = 0; i < state.relation.columns.size(); ++i) {
-    if (!state.keep[i]) continue;
-    kept_types.insert(state.relation.columns[i].type_oid);
-    projected.columns.push_back(state.relation.columns[i]);
-  }
-  // Types are sent only for the columns the list keeps (send_relation_and_attrs).
-  for (const Change& type : state.types) {
-    const auto* t = std::get_if<pgoutput::Type>(&type.message);
-    if (t == nullptr || kept_types.count(t->oid) != 0) out.push_back(type);
-  }
-  out.push_back(Change{state.lsn, std::move(projected)});
+  append_relation(state.relation, state.types, state.keep, state.lsn, out);
+}
+
+void ChangeView::send_target(const RelationState& state, std::vector<Change>& out) {
+  if (!targets_sent_.insert(state.target.oid).second) return;
+  append_relation(state.target, state.target_types, state.keep, state.lsn, out);
 }
 
 void ChangeView::replace_options(ViewOptions options) {
   options_ = std::move(options);
   pause_pending_ = false;
+  targets_sent_.clear();
   for (auto& [oid, state] : relations_) {
     state.sent = false;
     describe_relation(state);
@@ -248,42 +292,133 @@ void ChangeView::replace_options(ViewOptions options) {
 void ChangeView::describe_relation(RelationState& state) {
   const pgoutput::Relation& relation = state.relation;
   state.allowed = !options_.tables || options_.tables->matches(relation);
-  if (options_.delta_updates) {
-    state.key = key_columns(
-        relation, options_.delta_keys ? options_.delta_keys(relation) : std::vector<std::string>());
-  }
   state.table_operations = kAllOperations;
   state.keep.clear();
+  state.leaf_keep.clear();
+  state.publish_as.reset();
+  state.target = pgoutput::Relation{};
+  state.target_types.clear();
+  state.source.clear();
   for (auto& f : state.filters) f.reset();
   for (auto& e : state.filter_errors) e.reset();
   state.error.reset();
+  std::optional<TableRule> rule;
   if (options_.publications) {
-    std::optional<TableRule> rule = options_.publications->rule_for(relation);
-    if (!rule) {
-      state.allowed = false;
+    rule = options_.publications->rule_for(relation);
+    if (!rule) state.allowed = false;
+  }
+  if (rule && rule->publish_as) {
+    state.publish_as = rule->publish_as;
+    describe_target(state);
+  }
+  // What the changes are sent as: the table itself, or the ancestor it is published via.
+  const pgoutput::Relation& sent_as = state.publish_as ? state.target : relation;
+  if (options_.delta_updates) {
+    state.key = key_columns(
+        sent_as, options_.delta_keys ? options_.delta_keys(sent_as) : std::vector<std::string>());
+  }
+  if (!rule) return;
+  state.table_operations = rule->operations;
+  state.error = rule->error;
+  // Filters see the whole tuple, column list or not, as in pgoutput.
+  for (int a = 0; a < 3; ++a) {
+    if (!rule->filters[a]) continue;
+    auto bound = rule->filters[a]->bind(sent_as);
+    if (bound.ok()) {
+      state.filters[a] = std::move(*bound);
     } else {
-      state.table_operations = rule->operations;
-      state.error = rule->error;
-      // Filters see the whole tuple, column list or not, as in pgoutput.
-      for (int a = 0; a < 3; ++a) {
-        if (!rule->filters[a]) continue;
-        auto bound = rule->filters[a]->bind(relation);
-        if (bound.ok()) {
-          state.filters[a] = std::move(*bound);
-        } else {
-          state.filter_errors[a] = bound.error();
-        }
-      }
-      if (rule->columns) {
-        // By name: the Relation describes the layout in force for the changes that follow,
-        // so a column added later is left out and the tuples stay aligned with the Relation.
-        state.keep.resize(relation.columns.size());
-        for (std::size_t i = 0; i < relation.columns.size(); ++i) {
-          state.keep[i] = std::find(rule->columns->begin(), rule->columns->end(),
-                                    relation.columns[i].name) != rule->columns->end();
+      state.filter_errors[a] = bound.error();
+    }
+  }
+  if (rule->columns) {
+    // By name: the Relation describes the layout in force for the changes that follow, so a
+    // column added later is left out and the tuples stay aligned with the Relation.
+    state.keep = kept_columns(sent_as, *rule->columns);
+    // pgoutput applies the ancestor's list to the partition's Relation by attribute number;
+    // pgrelay, which keeps no attribute numbers, by name (the same where the two align).
+    if (state.publish_as) state.leaf_keep = kept_columns(relation, *rule->columns);
+  }
+  if (state.publish_as) {
+    // The ancestor's Types, from those stored with the partition's Relation (the same types):
+    // one per column sent, in the ancestor's order, as send_relation_and_attrs writes them.
+    for (std::size_t i = 0; i < state.target.columns.size(); ++i) {
+      if (!state.keep.empty() && !state.keep[i]) continue;
+      for (const Change& type : state.types) {
+        const auto* t = std::get_if<pgoutput::Type>(&type.message);
+        if (t != nullptr && t->oid == state.target.columns[i].type_oid) {
+          state.target_types.push_back(type);
+          break;
         }
       }
     }
+  }
+}
+
+void ChangeView::describe_target(RelationState& state) {
+  const pgoutput::Relation& ancestor = state.publish_as->relation;
+  const pgoutput::Relation& leaf = state.relation;
+  pgoutput::Relation& target = state.target;
+  target.xid = leaf.xid;
+  target.oid = ancestor.oid;
+  target.namespace_name = ancestor.namespace_name;
+  target.name = ancestor.name;
+  target.replica_identity = ancestor.replica_identity;
+  // The ancestor's columns in its order, as build_attrmap_by_name maps them, typed as the
+  // stored Relation says. A partition has exactly its root's columns; should the view's copy
+  // of the ancestor disagree with the stored layout (the view is read when the stream starts
+  // and at each mark), the stored layout wins: its columns the ancestor lacks follow at the
+  // end, and the ancestor's it lacks are left out, so that no value is ever made up.
+  std::vector<bool> used(leaf.columns.size(), false);
+  for (const pgoutput::Column& column : ancestor.columns) {
+    for (std::size_t i = 0; i < leaf.columns.size(); ++i) {
+      if (used[i] || leaf.columns[i].name != column.name) continue;
+      used[i] = true;
+      pgoutput::Column mapped = leaf.columns[i];
+      mapped.flags = column.flags;
+      target.columns.push_back(std::move(mapped));
+      state.source.push_back(i);
+      break;
+    }
+  }
+  const bool full = ancestor.replica_identity == pgoutput::kReplicaIdentityFull;
+  for (std::size_t i = 0; i < leaf.columns.size(); ++i) {
+    if (used[i]) continue;
+    pgoutput::Column extra = leaf.columns[i];
+    extra.flags = full ? pgoutput::kColumnIsKey : 0;
+    target.columns.push_back(std::move(extra));
+    state.source.push_back(i);
+  }
+}
+
+void ChangeView::map_to_target(const RelationState& state, ChangeMessage& message) const {
+  auto remap = [&](pgoutput::Tuple& tuple) {
+    std::vector<pgoutput::TupleValue> mapped;
+    mapped.reserve(state.source.size());
+    for (std::size_t i : state.source) {
+      mapped.push_back(i < tuple.columns.size() ? std::move(tuple.columns[i])
+                                                : pgoutput::TupleValue::null());
+    }
+    tuple.columns = std::move(mapped);
+  };
+  // logicalrep_write_update and _delete flag the old tuple by the relation written: the
+  // ancestor's replica identity, whatever the partition's.
+  const pgoutput::OldKind old_kind = state.target.replica_identity == pgoutput::kReplicaIdentityFull
+                                         ? pgoutput::OldKind::kFull
+                                         : pgoutput::OldKind::kKey;
+  if (auto* insert = std::get_if<pgoutput::Insert>(&message)) {
+    insert->relation_oid = state.target.oid;
+    remap(insert->new_tuple);
+  } else if (auto* update = std::get_if<pgoutput::Update>(&message)) {
+    update->relation_oid = state.target.oid;
+    if (update->old) {
+      remap(update->old->tuple);
+      update->old->kind = old_kind;
+    }
+    remap(update->new_tuple);
+  } else if (auto* del = std::get_if<pgoutput::Delete>(&message)) {
+    del->relation_oid = state.target.oid;
+    remap(del->old.tuple);
+    del->old.kind = old_kind;
   }
 }
 
@@ -369,24 +504,8 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
   }
   if (!operation_allowed(options_.operations, change.message)) return {};
 
-  if (auto* truncate = std::get_if<pgoutput::Truncate>(&change.message)) {
-    std::vector<pgoutput::Oid> kept;
-    std::vector<RelationState*> states;
-    for (pgoutput::Oid oid : truncate->relation_oids) {
-      auto state = state_for(oid, change.lsn);
-      if (!state.ok()) return state.error();
-      if (!(*state)->allowed) continue;
-      if ((*state)->error) return *(*state)->error;
-      if (((*state)->table_operations & kOpTruncate) == 0) continue;
-      kept.push_back(oid);
-      states.push_back(*state);
-    }
-    if (kept.empty()) return {};
-    for (RelationState* state : states) send_relation(*state, out);
-    truncate->relation_oids = std::move(kept);
-    out.push_back(std::move(change));
-    sent_any_ = true;
-    return {};
+  if (std::holds_alternative<pgoutput::Truncate>(change.message)) {
+    return push_truncate(std::move(change), out);
   }
   if (std::holds_alternative<pgoutput::LogicalMessage>(change.message)) {
     out.push_back(std::move(change));
@@ -411,6 +530,8 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
   if (!rs.allowed) return {};
   if (rs.error) return *rs.error;
   if (!operation_allowed(rs.table_operations, change.message)) return {};
+  // The ancestor's filter judges the tuple converted to the ancestor's columns.
+  if (rs.publish_as) map_to_target(rs, change.message);
   auto pass = apply_row_filter(rs, change.message);
   if (!pass.ok()) return pass.error();
   if (!*pass) return {};
@@ -421,6 +542,50 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
     }
   }
   project(rs, change.message);
+  out.push_back(std::move(change));
+  sent_any_ = true;
+  return {};
+}
+
+Status ChangeView::push_truncate(Change change, std::vector<Change>& out) {
+  auto& truncate = std::get<pgoutput::Truncate>(change.message);
+  // In the order the Truncate names them: tables sent as themselves, and the ancestors that
+  // partitions are published via, each at its first partition (a TRUNCATE lists a table just
+  // before its partitions).
+  struct Sent {
+    RelationState* state;
+    bool as_target;
+  };
+  std::vector<Sent> order;
+  std::map<pgoutput::Oid, std::size_t> partitions_named;  // per ancestor
+  for (pgoutput::Oid oid : truncate.relation_oids) {
+    auto state = state_for(oid, change.lsn);
+    if (!state.ok()) return state.error();
+    RelationState& rs = **state;
+    if (!rs.allowed) continue;
+    if (rs.error) return *rs.error;
+    if (rs.publish_as) {
+      // pgoutput_truncate never sends a partition published via an ancestor.
+      if (partitions_named[rs.target.oid]++ == 0) order.push_back({&rs, true});
+      continue;
+    }
+    if ((rs.table_operations & kOpTruncate) == 0) continue;
+    order.push_back({&rs, false});
+  }
+  std::vector<pgoutput::Oid> kept;
+  for (const Sent& s : order) {
+    if (!s.as_target) {
+      send_relation(*s.state, out);
+      kept.push_back(s.state->relation.oid);
+      continue;
+    }
+    const PublishedAs& as = *s.state->publish_as;
+    if (!as.truncate || partitions_named[s.state->target.oid] < as.leaves) continue;
+    send_target(*s.state, out);
+    kept.push_back(s.state->target.oid);
+  }
+  if (kept.empty()) return {};
+  truncate.relation_oids = std::move(kept);
   out.push_back(std::move(change));
   sent_any_ = true;
   return {};

@@ -104,6 +104,20 @@ class RowFilter {
 
 enum RowFilterAction { kFilterInsert = 0, kFilterUpdate = 1, kFilterDelete = 2 };
 
+// The partitioned table whose changes a partition's are sent as (publish_via_partition_root),
+// as the catalog described it when the view was made.
+struct PublishedAs {
+  // The ancestor's OID, names, replica identity and columns with their key flags.
+  pgoutput::Relation relation;
+  // Its leaf partitions then. The log holds a TRUNCATE of the ancestor as one of all its leaves
+  // (capture receives partitions' changes), so a Truncate naming every one of them is sent as
+  // the ancestor's, and one naming fewer is not sent for them, as pgoutput sends neither a
+  // partition of it nor the ancestor then.
+  std::size_t leaves = 0;
+  // The ancestor's own publications publish TRUNCATE.
+  bool truncate = false;
+};
+
 // What the requested publications say about one table, as pgoutput's RelationSyncEntry has it.
 struct TableRule {
   OperationSet operations = 0;  // union of the publish actions of the publications publishing it
@@ -117,6 +131,12 @@ struct TableRule {
   // Raised at the table's first data change instead of sending anything (Postgres raises
   // "cannot use different column lists..." there, not at START_REPLICATION).
   std::optional<Error> error;
+  // Set for a partition published via an ancestor: its changes go out as the ancestor's, as
+  // pgoutput_change sends them. The ancestor's Relation, then the partition's own, before its
+  // first change; tuples mapped to the ancestor's columns by name, the old one flagged by the
+  // ancestor's replica identity. `columns` and `filters` are then the ancestor's, over its
+  // columns; `operations` are those of every publication publishing the partition.
+  std::shared_ptr<const PublishedAs> publish_as;
 };
 
 // The tables a set of PG15 publications publishes, with per-table rules.
@@ -205,13 +225,29 @@ class ChangeView {
     // Publications (options_.publications set): the table's actions, the columns kept (empty:
     // all), row filters bound to this layout (empty function: none), a deferred error.
     OperationSet table_operations = kAllOperations;
-    std::vector<bool> keep;
+    std::vector<bool> keep;  // over `target` when publish_as is set
+    // Published via an ancestor: the ancestor's Relation for this layout (its columns that the
+    // partition has, in its order; then any the view did not know of), and per column of it,
+    // where in the partition's tuples its value is; leaf_keep projects the partition's own.
+    std::shared_ptr<const PublishedAs> publish_as;
+    pgoutput::Relation target;
+    std::vector<Change> target_types;
+    std::vector<std::size_t> source;
+    std::vector<bool> leaf_keep;
     std::optional<TupleFilter> filters[3];
     std::optional<Error> filter_errors[3];
     std::optional<Error> error;
   };
   Result<RelationState*> state_for(pgoutput::Oid oid, Lsn lsn);
   void send_relation(RelationState& state, std::vector<Change>& out);
+  // The ancestor's Relation, with its Types, as a Truncate of it needs (once per entry).
+  void send_target(const RelationState& state, std::vector<Change>& out);
+  // For a partition published via an ancestor: the ancestor's Relation for its layout.
+  void describe_target(RelationState& state);
+  // The change as the ancestor's: tuples in its column order, its OID, its identity's flag.
+  void map_to_target(const RelationState& state, ChangeMessage& message) const;
+  // What to send of a Truncate when the view publishes partitions via ancestors.
+  Status push_truncate(Change change, std::vector<Change>& out);
   // Judges state.relation by the options: allowed, actions, filters, column list, key.
   void describe_relation(RelationState& state);
   // Applies the row filter of the change's action; false: send nothing. May turn an Update
@@ -223,6 +259,7 @@ class ChangeView {
   EntryMeta meta_;
   std::unordered_map<pgoutput::Oid, RelationState> relations_;
   std::vector<Change> pending_types_;
+  std::set<pgoutput::Oid> targets_sent_;  // ancestors whose Relation a Truncate sent
   bool sent_any_ = false;
   bool publications_changed_ = false;
   bool pause_at_markers_ = false;

@@ -1,10 +1,12 @@
 // Reads publications from the upstream and turns them into the log view a walsender sends.
 #include "server/publications.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "server/row_filter.h"
@@ -48,7 +50,9 @@ Result<ResultPtr> query(PGconn* conn, const char* sql, const std::string* param)
 // One requested publication as pgoutput's Publication struct has it.
 struct Pub {
   std::string name;
+  pgoutput::Oid oid = 0;
   bool all_tables = false;
+  bool via_root = false;  // publish_via_partition_root
   log::OperationSet operations = 0;
 };
 
@@ -160,10 +164,14 @@ Error unsupported_filter(const std::string& pub, const PubTable& t, const Error&
 // list; 42704 'publication "x" does not exist' for a missing one, as pgoutput.
 Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::string>& names,
                                            const std::string& array) {
-  auto res = query(conn,
-                   "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate "
-                   "FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])",
-                   &array);
+  // Before 13 no publication publishes via the root.
+  const std::string sql =
+      std::string(
+          "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, "
+          "oid, ") +
+      (PQserverVersion(conn) >= 130000 ? "pubviaroot" : "false") +
+      " FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])";
+  auto res = query(conn, sql.c_str(), &array);
   if (!res.ok()) return res.error();
   std::vector<Pub> pubs;
   for (const auto& name : names) {
@@ -179,6 +187,8 @@ Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::
       if (flag(3)) p.operations |= log::kOpUpdate;
       if (flag(4)) p.operations |= log::kOpDelete;
       if (flag(5)) p.operations |= log::kOpTruncate;
+      p.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(res->get(), row, 6)));
+      p.via_root = flag(7);
       pubs.push_back(std::move(p));
     }
     if (!found) {
@@ -195,9 +205,13 @@ Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::
 // is worse than none. Trigger capture sees no write made through a partitioned table (it fires
 // no trigger of its partitions). Native capture logs the leaves' changes, which is what a
 // publication without publish_via_partition_root sends, also for partitions created or
-// attached later; one with it would send them as the root's, which pgrelay does not map yet.
+// attached later; one with it sends them as the ancestor's, which the view maps from
+// PostgreSQL 15 on (PublicationTables), and which is refused before.
 Status refuse_partitioned(PGconn* conn, const std::string& array, PartitionCapture partitions) {
   const int version = PQserverVersion(conn);
+  // From 15 on the view maps partitions to the ancestor they are published via
+  // (add_partitions_via_root); before, it lists tables by name only.
+  if (partitions == PartitionCapture::kLeaves && version >= 150000) return {};
   const std::string root =
       version >= 120000
           ? "(SELECT pg_catalog.quote_ident(rn.nspname) || '.' || "
@@ -235,13 +249,14 @@ Status refuse_partitioned(PGconn* conn, const std::string& array, PartitionCaptu
     Error e = Error::make(
         sqlstate::kFeatureNotSupported,
         "publication \"" + pub + "\" publishes " + what +
-            " with publish_via_partition_root, which pgrelay cannot stream exactly yet",
+            " with publish_via_partition_root, which pgrelay streams from PostgreSQL 15 on",
         "Stream the partitions instead (ALTER PUBLICATION ... SET (publish_via_partition_root "
         "= false): the changes then come as each partition's, as from the upstream's own "
         "slot), or stream this publication from the upstream's own slot.");
     e.detail =
-        "Native capture receives the partitions' changes, but does not yet send them as the "
-        "partitioned table's: the stream would leave them out, so pgrelay refuses it.";
+        "On this upstream (before PostgreSQL 15) pgrelay reads publications by table name "
+        "only, and cannot send partitions' changes as the partitioned table's: the stream "
+        "would leave them out, so pgrelay refuses it.";
     return e;
   }
   Error e = Error::make(
@@ -249,13 +264,348 @@ Status refuse_partitioned(PGconn* conn, const std::string& array, PartitionCaptu
       "publication \"" + pub + "\" publishes " + what + ", which pgrelay cannot stream exactly yet",
       "Publish only ordinary tables for streams through pgrelay (ALTER PUBLICATION ... DROP "
       "TABLE, or a publication FOR TABLE the others), or capture natively (--capture native), "
-      "which streams partitions unless the publication publishes via the root; else stream "
-      "partitioned tables from the upstream's own slot. `pgrelay doctor` lists every such "
+      "which streams partitioned tables (via the root too, on PostgreSQL 15 and later); else "
+      "stream them from the upstream's own slot. `pgrelay doctor` lists every such "
       "publication.");
   e.detail =
       "Trigger capture does not see writes made through a partitioned table (they fire no "
       "trigger of its partitions): the stream would leave changes out, so pgrelay refuses it.";
   return e;
+}
+
+using RelPubs = std::vector<std::pair<const Pub*, const PubTable*>>;
+
+// pgoutput's publish actions, pgoutput_row_filter_init and pgoutput_column_list_init for the
+// table `oid` and the publications publishing it (`rel_pubs`, not empty, in publication_names
+// order, each with its pg_publication_tables row of the table).
+Result<log::TableRule> table_rule(PGconn* conn, pgoutput::Oid oid, const RelPubs& rel_pubs,
+                                  std::optional<FilterDatabase>& database) {
+  log::TableRule rule;
+  for (const auto& [p, t] : rel_pubs) rule.operations |= p->operations;
+  const PubTable& table = *rel_pubs.front().second;
+  constexpr log::OperationSet kDml = log::kOpInsert | log::kOpUpdate | log::kOpDelete;
+  if ((rule.operations & kDml) == 0) return rule;
+  // Row filters: per action, OR of the filters of the publications publishing the action;
+  // any such publication without one (FOR ALL TABLES, IN SCHEMA, no WHERE) means none.
+  const log::Operation actions[3] = {log::kOpInsert, log::kOpUpdate, log::kOpDelete};
+  bool no_filter[3] = {false, false, false};
+  std::vector<std::pair<std::string, std::string>> filters[3];  // (publication, expression)
+  for (const auto& [p, t] : rel_pubs) {
+    const bool pub_no_filter = p->all_tables || t->via_schema || !t->has_rel_row || !t->qual;
+    for (int a = 0; a < 3; ++a) {
+      if ((p->operations & actions[a]) == 0) continue;
+      if (pub_no_filter) {
+        no_filter[a] = true;
+      } else if (!no_filter[a]) {
+        filters[a].push_back({p->name, *t->qual});
+      }
+    }
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (no_filter[a] || filters[a].empty()) continue;
+    if (!database) {
+      auto db = load_filter_database(conn);
+      if (!db.ok()) return db.error();
+      database = std::move(*db);
+    }
+    auto layout = load_filter_layout(conn, oid, table);
+    if (!layout.ok()) return layout.error();
+    // Each publication's filter alone first, so that a refusal names the right one.
+    std::vector<std::string> texts;
+    for (const auto& [pub, text] : filters[a]) {
+      PubTable named = table;
+      named.qual = text;
+      auto one = make_row_filter({text}, layout->context);
+      if (!one.ok()) return unsupported_filter(pub, named, one.error());
+      auto bound = (*one)->bind(layout->relation);
+      if (!bound.ok()) return unsupported_filter(pub, named, bound.error());
+      texts.push_back(text);
+    }
+    auto combined = make_row_filter(texts, layout->context);
+    if (!combined.ok()) return combined.error();
+    rule.filters[a] = std::move(*combined);
+  }
+  // Column list: every publication publishing the table must agree (a list naming every
+  // attribute, relnatts of them, counts as none).
+  bool first = true;
+  std::optional<std::vector<std::string>> columns;
+  for (const auto& [p, t] : rel_pubs) {
+    std::optional<std::vector<std::string>> cols;
+    if (!p->all_tables && t->has_rel_row && t->columns && t->list_size != t->natts) {
+      cols = t->columns;
+    }
+    if (first) {
+      columns = cols;
+      first = false;
+    } else if (columns != cols) {
+      rule.error = Error::make(sqlstate::kFeatureNotSupported,
+                               "cannot use different column lists for table \"" + qualified(table) +
+                                   "\" in different publications");
+      break;
+    }
+  }
+  if (!rule.error) rule.columns = std::move(columns);
+  return rule;
+}
+
+// A table of the partition trees: a partition or a partitioned table (pg_class.relkind 'r' or
+// 'p'), with its ancestors from its parent up to the root.
+struct TreeNode {
+  pgoutput::Oid oid = 0;
+  bool partitioned = false;
+  pgoutput::Oid namespace_oid = 0;
+  std::string schema, table;
+  std::vector<pgoutput::Oid> ancestors;
+};
+
+// What pgoutput's get_rel_sync_entry decides for one relation of a partition tree.
+struct Publishing {
+  pgoutput::Oid as = 0;              // publish_as_relid
+  std::size_t level = 0;             // publish_ancestor_level
+  std::vector<const Pub*> pubs;      // rel_publications: the publications publishing it as `as`
+  log::OperationSet operations = 0;  // pubactions: every publication publishing it
+};
+
+// pgoutput's get_rel_sync_entry for `node`, given which relations (prrelid) and schemas each
+// publication holds by OID: under which relation each publication publishes it (the topmost
+// ancestor it holds, with publish_via_partition_root), keeping the topmost across them.
+Publishing resolve_publishing(const TreeNode& node, const std::vector<Pub>& pubs,
+                              const std::map<pgoutput::Oid, TreeNode>& nodes,
+                              const std::set<std::pair<pgoutput::Oid, pgoutput::Oid>>& rels,
+                              const std::set<std::pair<pgoutput::Oid, pgoutput::Oid>>& schemas) {
+  auto holds = [&](const Pub& p, pgoutput::Oid rel, pgoutput::Oid nsp) {
+    return rels.count({p.oid, rel}) != 0 || schemas.count({p.oid, nsp}) != 0;
+  };
+  Publishing out;
+  out.as = node.oid;
+  for (const Pub& p : pubs) {
+    bool publish = false;
+    pgoutput::Oid pub_relid = node.oid;
+    std::size_t level = 0;
+    if (p.all_tables) {
+      publish = true;
+      if (p.via_root && !node.ancestors.empty()) {
+        pub_relid = node.ancestors.back();
+        level = node.ancestors.size();
+      }
+    } else {
+      // GetTopMostAncestorInPublication: the farthest ancestor the publication holds, listed
+      // or through its schema.
+      bool ancestor_published = false;
+      for (std::size_t i = 0; i < node.ancestors.size(); ++i) {
+        const pgoutput::Oid a = node.ancestors[i];
+        auto it = nodes.find(a);
+        if (!holds(p, a, it != nodes.end() ? it->second.namespace_oid : 0)) continue;
+        ancestor_published = true;
+        if (p.via_root) {
+          pub_relid = a;
+          level = i + 1;
+        }
+      }
+      publish = ancestor_published || holds(p, node.oid, node.namespace_oid);
+    }
+    // A partitioned table's own changes are published only via the root.
+    if (!publish || (node.partitioned && !p.via_root)) continue;
+    out.operations |= p.operations;
+    if (out.level > level) continue;
+    if (out.level < level) {
+      out.as = pub_relid;
+      out.level = level;
+      out.pubs.clear();
+    }
+    out.pubs.push_back(&p);
+  }
+  return out;
+}
+
+// "{1,2,3}" (an oid[] as text) as OIDs.
+std::vector<pgoutput::Oid> parse_oid_array(const char* text) {
+  std::vector<pgoutput::Oid> out;
+  for (const std::string& item : parse_text_array(text)) {
+    out.push_back(static_cast<pgoutput::Oid>(std::stoul(item)));
+  }
+  return out;
+}
+
+// An oid[] literal.
+std::string oid_array(const std::vector<pgoutput::Oid>& oids) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < oids.size(); ++i) out += (i ? "," : "") + std::to_string(oids[i]);
+  return out + "}";
+}
+
+// The Relations of `oids` (partitioned tables) as logicalrep_write_rel describes them: live,
+// non-generated columns in attribute order, each flagged when it is in the replica identity.
+Result<std::map<pgoutput::Oid, pgoutput::Relation>> load_ancestors(
+    PGconn* conn, const std::vector<pgoutput::Oid>& oids) {
+  const std::string array = oid_array(oids);
+  auto rows = query(
+      conn,
+      "SELECT c.oid, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, "
+      "  a.atttypmod, CASE c.relreplident WHEN 'f' THEN true WHEN 'n' THEN false ELSE EXISTS ("
+      "    SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid"
+      "      AND ((c.relreplident = 'd' AND i.indisprimary)"
+      "        OR (c.relreplident = 'i' AND i.indisreplident))"
+      "      AND a.attnum = ANY (i.indkey)) END "
+      "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+      "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
+      "WHERE c.oid = ANY ($1::pg_catalog.oid[]) AND a.attnum > 0 AND NOT a.attisdropped "
+      "  AND a.attgenerated = '' ORDER BY c.oid, a.attnum",
+      &array);
+  if (!rows.ok()) return rows.error();
+  std::map<pgoutput::Oid, pgoutput::Relation> out;
+  PGresult* r = rows->get();
+  for (int row = 0; row < PQntuples(r); ++row) {
+    const auto oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 0)));
+    pgoutput::Relation& rel = out[oid];
+    if (rel.oid == 0) {
+      rel.oid = oid;
+      const std::string schema = PQgetvalue(r, row, 1);
+      rel.namespace_name = schema == "pg_catalog" ? std::string() : schema;
+      rel.name = PQgetvalue(r, row, 2);
+      rel.replica_identity = PQgetvalue(r, row, 3)[0];
+    }
+    pgoutput::Column column;
+    column.name = PQgetvalue(r, row, 4);
+    column.type_oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 5)));
+    column.type_modifier = std::atoi(PQgetvalue(r, row, 6));
+    column.flags = PQgetvalue(r, row, 7)[0] == 't' ? pgoutput::kColumnIsKey : 0;
+    rel.columns.push_back(std::move(column));
+  }
+  return out;
+}
+
+// Partitions that a publication with publish_via_partition_root publishes as an ancestor:
+// their rules become the ancestor's (row filters and column list of the publications that
+// publish it so, publish actions of all that publish the partition), with the ancestor's
+// Relation to send them as. pg_publication_tables lists such an ancestor, not its partitions,
+// so each partition is added by name too.
+Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
+                               const std::map<pgoutput::Oid, std::vector<PubTable>>& by_table,
+                               std::optional<FilterDatabase>& database,
+                               log::PublicationTables& out) {
+  std::vector<pgoutput::Oid> pub_oids;
+  bool via_root = false;
+  for (const Pub& p : pubs) {
+    pub_oids.push_back(p.oid);
+    via_root |= p.via_root;
+  }
+  if (!via_root) return {};
+  const std::string pub_array = oid_array(pub_oids);
+  auto rel_rows = query(conn,
+                        "SELECT prpubid, prrelid FROM pg_catalog.pg_publication_rel "
+                        "WHERE prpubid = ANY ($1::pg_catalog.oid[])",
+                        &pub_array);
+  if (!rel_rows.ok()) return rel_rows.error();
+  auto schema_rows = query(conn,
+                           "SELECT pnpubid, pnnspid FROM pg_catalog.pg_publication_namespace "
+                           "WHERE pnpubid = ANY ($1::pg_catalog.oid[])",
+                           &pub_array);
+  if (!schema_rows.ok()) return schema_rows.error();
+  auto pairs = [](PGresult* r) {
+    std::set<std::pair<pgoutput::Oid, pgoutput::Oid>> pairs_read;
+    for (int row = 0; row < PQntuples(r); ++row) {
+      pairs_read.insert({static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 0))),
+                         static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 1)))});
+    }
+    return pairs_read;
+  };
+  const auto rels = pairs(rel_rows->get());
+  const auto schemas = pairs(schema_rows->get());
+  auto tree =
+      query(conn,
+            "SELECT c.oid, c.relkind = 'p', c.relnamespace, n.nspname, c.relname, "
+            "  ARRAY(SELECT a.relid::pg_catalog.oid FROM pg_catalog.pg_partition_ancestors(c.oid) "
+            "        WITH ORDINALITY a(relid, i) WHERE a.relid <> c.oid ORDER BY a.i) "
+            "FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p') AND (c.relispartition OR c.relkind = 'p')",
+            nullptr);
+  if (!tree.ok()) return tree.error();
+  std::map<pgoutput::Oid, TreeNode> nodes;
+  PGresult* t = tree->get();
+  for (int row = 0; row < PQntuples(t); ++row) {
+    TreeNode node;
+    node.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(t, row, 0)));
+    node.partitioned = PQgetvalue(t, row, 1)[0] == 't';
+    node.namespace_oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(t, row, 2)));
+    node.schema = PQgetvalue(t, row, 3);
+    node.table = PQgetvalue(t, row, 4);
+    node.ancestors = parse_oid_array(PQgetvalue(t, row, 5));
+    nodes.emplace(node.oid, std::move(node));
+  }
+
+  // Each partition published as an ancestor, with how.
+  std::vector<std::pair<const TreeNode*, Publishing>> moved;
+  std::map<pgoutput::Oid, std::shared_ptr<log::PublishedAs>> ancestors;
+  for (const auto& [oid, node] : nodes) {
+    if (node.partitioned) continue;
+    Publishing how = resolve_publishing(node, pubs, nodes, rels, schemas);
+    if (how.as == oid) continue;
+    ancestors.emplace(how.as, nullptr);
+    moved.push_back({&node, std::move(how)});
+  }
+  if (moved.empty()) return {};
+  std::vector<pgoutput::Oid> ancestor_oids;
+  for (const auto& [oid, as] : ancestors) ancestor_oids.push_back(oid);
+  auto relations = load_ancestors(conn, ancestor_oids);
+  if (!relations.ok()) return relations.error();
+  for (auto& [oid, as] : ancestors) {
+    auto node = nodes.find(oid);
+    auto relation = relations->find(oid);
+    if (node == nodes.end() || relation == relations->end()) {
+      return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                         "partitioned table with OID " + std::to_string(oid) +
+                             " changed while its publications were read",
+                         "Retry START_REPLICATION.");
+    }
+    as = std::make_shared<log::PublishedAs>();
+    as->relation = relation->second;
+    for (const auto& [leaf_oid, leaf] : nodes) {
+      if (!leaf.partitioned &&
+          std::find(leaf.ancestors.begin(), leaf.ancestors.end(), oid) != leaf.ancestors.end()) {
+        ++as->leaves;
+      }
+    }
+    // TRUNCATE of the ancestor: its own entry's actions, published as itself.
+    const Publishing own = resolve_publishing(node->second, pubs, nodes, rels, schemas);
+    as->truncate = own.as == oid && (own.operations & log::kOpTruncate) != 0;
+  }
+
+  for (const auto& [leaf, how] : moved) {
+    const TreeNode& ancestor = nodes.at(how.as);
+    // The pg_publication_tables row of the ancestor for each publication publishing it so
+    // (absent only if the catalog changed between the two reads: then no filter, no list).
+    std::vector<PubTable> fallback;
+    fallback.reserve(how.pubs.size());
+    RelPubs rel_pubs;
+    auto listed = by_table.find(how.as);
+    for (const Pub* p : how.pubs) {
+      const PubTable* row = nullptr;
+      if (listed != by_table.end()) {
+        for (const PubTable& pt : listed->second) {
+          if (pt.pub == p->name) row = &pt;
+        }
+      }
+      if (row == nullptr) {
+        PubTable none;
+        none.pub = p->name;
+        none.oid = how.as;
+        none.schema = ancestor.schema;
+        none.table = ancestor.table;
+        fallback.push_back(std::move(none));
+        row = &fallback.back();
+      }
+      rel_pubs.push_back({p, row});
+    }
+    auto rule = table_rule(conn, how.as, rel_pubs, database);
+    if (!rule.ok()) return rule.error();
+    rule->operations = how.operations;
+    rule->publish_as = ancestors.at(how.as);
+    out.tables[leaf->oid] = std::move(*rule);
+    out.names[{leaf->schema, leaf->table}] = leaf->oid;
+  }
+  return {};
 }
 
 // pgoutput's get_rel_sync_entry, pgoutput_row_filter_init and pgoutput_column_list_init for
@@ -322,83 +672,18 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
   std::optional<FilterDatabase> database;
   for (auto& [oid, entries] : by_table) {
     // The publications publishing this table, in publication_names order.
-    std::vector<std::pair<const Pub*, const PubTable*>> rel_pubs;
+    RelPubs rel_pubs;
     for (const Pub& p : pubs) {
       for (const PubTable& t : entries) {
         if (t.pub == p.name) rel_pubs.push_back({&p, &t});
       }
     }
     if (rel_pubs.empty()) continue;
-    log::TableRule rule;
-    for (const auto& [p, t] : rel_pubs) rule.operations |= p->operations;
-    const PubTable& table = *rel_pubs.front().second;
-    constexpr log::OperationSet kDml = log::kOpInsert | log::kOpUpdate | log::kOpDelete;
-    if ((rule.operations & kDml) == 0) {
-      out.tables[oid] = std::move(rule);
-      continue;
-    }
-    // Row filters: per action, OR of the filters of the publications publishing the action;
-    // any such publication without one (FOR ALL TABLES, IN SCHEMA, no WHERE) means none.
-    const log::Operation actions[3] = {log::kOpInsert, log::kOpUpdate, log::kOpDelete};
-    bool no_filter[3] = {false, false, false};
-    std::vector<std::pair<std::string, std::string>> filters[3];  // (publication, expression)
-    for (const auto& [p, t] : rel_pubs) {
-      const bool pub_no_filter = p->all_tables || t->via_schema || !t->has_rel_row || !t->qual;
-      for (int a = 0; a < 3; ++a) {
-        if ((p->operations & actions[a]) == 0) continue;
-        if (pub_no_filter) {
-          no_filter[a] = true;
-        } else if (!no_filter[a]) {
-          filters[a].push_back({p->name, *t->qual});
-        }
-      }
-    }
-    for (int a = 0; a < 3; ++a) {
-      if (no_filter[a] || filters[a].empty()) continue;
-      if (!database) {
-        auto db = load_filter_database(conn);
-        if (!db.ok()) return db.error();
-        database = std::move(*db);
-      }
-      auto layout = load_filter_layout(conn, oid, table);
-      if (!layout.ok()) return layout.error();
-      // Each publication's filter alone first, so that a refusal names the right one.
-      std::vector<std::string> texts;
-      for (const auto& [pub, text] : filters[a]) {
-        PubTable named = table;
-        named.qual = text;
-        auto one = make_row_filter({text}, layout->context);
-        if (!one.ok()) return unsupported_filter(pub, named, one.error());
-        auto bound = (*one)->bind(layout->relation);
-        if (!bound.ok()) return unsupported_filter(pub, named, bound.error());
-        texts.push_back(text);
-      }
-      auto combined = make_row_filter(texts, layout->context);
-      if (!combined.ok()) return combined.error();
-      rule.filters[a] = std::move(*combined);
-    }
-    // Column list: every publication publishing the table must agree (a list naming every
-    // attribute, relnatts of them, counts as none).
-    bool first = true;
-    std::optional<std::vector<std::string>> columns;
-    for (const auto& [p, t] : rel_pubs) {
-      std::optional<std::vector<std::string>> cols;
-      if (!p->all_tables && t->has_rel_row && t->columns && t->list_size != t->natts) {
-        cols = t->columns;
-      }
-      if (first) {
-        columns = cols;
-        first = false;
-      } else if (columns != cols) {
-        rule.error = Error::make(sqlstate::kFeatureNotSupported,
-                                 "cannot use different column lists for table \"" +
-                                     qualified(table) + "\" in different publications");
-        break;
-      }
-    }
-    if (!rule.error) rule.columns = std::move(columns);
-    out.tables[oid] = std::move(rule);
+    auto rule = table_rule(conn, oid, rel_pubs, database);
+    if (!rule.ok()) return rule.error();
+    out.tables[oid] = std::move(*rule);
   }
+  PGRELAY_TRY(add_partitions_via_root(conn, pubs, by_table, database, out));
   return out;
 }
 

@@ -1,19 +1,22 @@
-# Partitioned tables through `pgrelay serve`: native capture streams them as a native slot does; what pgrelay cannot stream exactly is refused with 0A000.
+# Partitioned tables through `pgrelay serve`: native capture streams them as a native slot does, via the root too; what pgrelay cannot stream exactly is refused with 0A000.
 """Partitioned tables, in both capture modes, on one wal_level=logical upstream (a database each).
 
 Native capture:
-  - each publication that publishes partitions as themselves (FOR TABLE the root, FOR TABLE
-    partitions, FOR ALL TABLES) streams, message by message, what a native pgoutput slot of the
-    same publication streams on the same upstream, over: writes through the root and straight
-    into partitions, a default partition, a partition with its own column order and a dropped
-    column, two levels of partitioning, UPDATEs that move rows between partitions, a partition
-    created, one attached and one detached (and one detached CONCURRENTLY) after the streams
-    began, TRUNCATE of one partition and of the root;
-  - 8 writers for 20 s move rows between partitions; the stream replayed equals the table;
+  - each publication of partitions streams, message by message, what a native pgoutput slot of
+    the same publications streams on the same upstream: publishing partitions as themselves (FOR
+    TABLE the root, FOR TABLE partitions, FOR ALL TABLES, IN SCHEMA) and via the root
+    (publish_via_partition_root: FOR TABLE the root, FOR ALL TABLES, with a column list and a
+    row filter on the root, a sub-level root), alone and several in one stream. The workload:
+    writes through the root and straight into partitions, a default partition, a partition
+    with its own column order and a dropped column, two levels of partitioning, UPDATEs that
+    move rows between partitions, a partition created, one attached and one detached (and one
+    detached CONCURRENTLY) after the streams began, TRUNCATE of one partition and of the root,
+    a column added to the root and one renamed;
+  - 8 writers for 20 s move rows between partitions; the stream replayed equals the table, and
+    PostgreSQL's own subscriber ends equal to it through a publication of the partitions and
+    through one via the root (into a table that is not partitioned);
   - kill -9 of pgrelay during an ATTACH PARTITION while a writer runs: after the restart the
-    stream still equals a native slot's;
-  - a publication WITH (publish_via_partition_root = true) is refused with 0A000 and a hint
-    (pgrelay does not map partitions' changes to the root yet).
+    streams (of the partitions, and via the root) still equal a native slot's.
 Trigger capture: pgrelay starts (it says which tables it leaves out) and refuses every
 publication of a partitioned table or partition, since a write through the root fires no trigger
 of its partitions. In both modes a plain publication streams in the same pgrelay.
@@ -31,7 +34,7 @@ from psycopg2.extras import LogicalReplicationConnection
 from e2e_support import CheckFailed, Env, expect, expect_eq, main, query_url, run_capture_modes, wait_until
 from pgoutput_decode import decode_message
 
-LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 30\nmax_wal_senders = 30\n"
+LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 40\nmax_wal_senders = 40\n"
 SCHEMA = """
 CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu');
@@ -53,8 +56,13 @@ CREATE PUBLICATION partpub FOR TABLE m_eu, m_jp;
 CREATE PUBLICATION allpub FOR ALL TABLES;
 CREATE PUBLICATION schemapub FOR TABLES IN SCHEMA public;
 CREATE PUBLICATION rootpub FOR TABLE m WITH (publish_via_partition_root = true);
+CREATE PUBLICATION rootallpub FOR ALL TABLES WITH (publish_via_partition_root = true);
+CREATE PUBLICATION rootfiltpub FOR TABLE m (id, region) WHERE (id < 12), r
+  WITH (publish_via_partition_root = true);
+CREATE PUBLICATION asiarootpub FOR TABLE m_asia WITH (publish_via_partition_root = true);
 CREATE PUBLICATION plainpub FOR TABLE plain;
 CREATE PUBLICATION mvpub FOR TABLE mv;
+CREATE PUBLICATION mvrootpub FOR TABLE mv WITH (publish_via_partition_root = true);
 """
 MV_SCHEMA = """
 CREATE TABLE mv (id int, region text, n int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
@@ -63,10 +71,20 @@ CREATE TABLE mv_b PARTITION OF mv FOR VALUES IN ('b');
 CREATE TABLE mv_c PARTITION OF mv FOR VALUES IN ('c');
 CREATE TABLE mv_rest PARTITION OF mv DEFAULT;
 """
-STREAMED = ["leafpub", "partpub", "allpub", "schemapub"]  # native capture streams these
+# Native capture streams these (publication_names), each with a slot of its own.
+STREAMED = ["leafpub", "partpub", "allpub", "schemapub", "rootpub", "rootallpub", "rootfiltpub",
+            "leafpub,rootpub", "partpub,asiarootpub"]
+# What the changes of some streams are sent as: the roots, where a publication publishes via them.
+SENT_AS = {
+    "rootpub": {"m"},
+    "rootfiltpub": {"m", "r"},
+    "partpub,asiarootpub": {"m_eu", "m_asia"},
+    "leafpub": {"m_eu", "m_us", "m_jp", "m_kr", "m_rest", "m_fr", "m_de", "r_1", "r_2"},
+}
 REFUSED_TRIGGER = {  # publication: the table its refusal names
     "leafpub": "public.m_eu",
     "rootpub": "partitioned table public.m",
+    "rootallpub": "partitioned table public.m",
     "partpub": "public.m_eu, a partition of public.m",
     "allpub": "public.m_eu",
     "schemapub": "public.m_eu",
@@ -103,6 +121,13 @@ WORKLOAD = [
     "TRUNCATE m_eu",
     "TRUNCATE m",
     "INSERT INTO m VALUES (13, 'us', 'after truncate'), (14, 'kr', 'after truncate')",
+    "BEGIN; ALTER TABLE m ADD COLUMN note text; ALTER TABLE m_it ADD COLUMN note text; COMMIT",
+    "INSERT INTO m VALUES (15, 'eu', 'with a note', 'n1'), (16, 'jp', 'with a note', 'n2')",
+    "UPDATE m SET note = 'noted', region = 'us' WHERE id = 15",
+    # A stream via the root sends the root's columns in the root's order, read again here.
+    "BEGIN; ALTER TABLE m RENAME COLUMN v TO val; ALTER TABLE m_it RENAME COLUMN v TO val; COMMIT",
+    "INSERT INTO m VALUES (17, 'kr', 'renamed', 'n3')",
+    "UPDATE m SET val = 'renamed too' WHERE id = 16",
 ]
 DONE = "partitions-done"
 PGRELAY_OWN_MESSAGES = ("pgrelay.capture.barrier", "pgrelay.publications.changed")
@@ -238,7 +263,7 @@ class Mode:
             self.query(MV_SCHEMA + SCHEMA)
             self.relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % n),
                                          upstream=env.upstream_url(self.db),
-                                         extra_args=["--no-tls", "--capture", n])
+                                         extra_args=["--no-tls", "--capture", n, "--max-replication-slots", "30"])
             if n == "trigger":
                 with open(self.relay.log_path, "rb") as f:
                     log = f.read().decode(errors="replace")
@@ -250,7 +275,6 @@ class Mode:
             self.trigger_refusals()
         else:
             self.native_equals_a_native_slot()
-            self.native_refuses_via_root()
             try:
                 self.writers_move_rows()
             finally:
@@ -286,14 +310,15 @@ class Mode:
         streams = {}
 
         def stream():
-            for pub in STREAMED:
+            for i, pub in enumerate(STREAMED):
                 for url in (self.relay.url, upstream):
                     conn = replication(url)
                     try:
-                        conn.cursor().create_replication_slot("diff_%s" % pub, output_plugin="pgoutput")
+                        conn.cursor().create_replication_slot("diff_%d" % i, output_plugin="pgoutput")
                     finally:
                         conn.close()
-            live = [Stream(url, "diff_%s" % pub, pub) for pub in STREAMED for url in (self.relay.url, upstream)]
+            live = [Stream(url, "diff_%d" % i, pub) for i, pub in enumerate(STREAMED)
+                    for url in (self.relay.url, upstream)]
             conn = psycopg2.connect(upstream)
             conn.autocommit = True  # DETACH ... CONCURRENTLY runs outside a transaction block
             try:
@@ -315,7 +340,7 @@ class Mode:
                 stream.close()
 
         env.check("native: the workload over partitioned tables runs with slots of pgrelay and of the "
-                  "upstream on leafpub, partpub, allpub and schemapub", stream)
+                  "upstream on %s" % "; ".join(STREAMED), stream)
         for pub in STREAMED:
             def same(pub=pub):
                 ours, theirs = streams[pub][0], native_view(streams[pub][1])
@@ -327,16 +352,11 @@ class Mode:
                 tags = [m["tag"] for m in a]
                 expect(all(t in tags for t in "IUDT"), "%s carries inserts, updates, deletes and truncates" % pub,
                        got=tags)
+                sent_as = {m["relid"]["name"] for m in a if m["tag"] in ("I", "U", "D")}
+                if pub in SENT_AS:
+                    expect(sent_as == SENT_AS[pub], "%s sends the changes as these tables" % pub, got=sent_as)
 
             env.check("native: %s streams through pgrelay message by message as from a native slot" % pub, same)
-
-    def native_refuses_via_root(self):
-        def refused():
-            self.expect_refusal("rootpub", "via_root", "partitioned table public.m", "publish_via_partition_root",
-                                "publish_via_partition_root = false")
-
-        self.env.check("native: a publication with publish_via_partition_root is refused with 0A000 and a hint",
-                       refused)
 
     def writers_move_rows(self):
         env = self.env
@@ -361,6 +381,16 @@ class Mode:
             wait_until(lambda: query_url(sub_url, "SELECT count(*) = 4 AND bool_and(srsubstate = 'r') "
                                                   "FROM pg_subscription_rel")[0][0],
                        120, "the subscriber's table sync of mv's 4 partitions")
+            # And through a publication via the root, into a table that is not partitioned: the
+            # table sync copies mv whole, and every change comes as mv's.
+            sub.psql_admin("CREATE DATABASE subroot", db="postgres")
+            root_url = sub.upstream_url("subroot")
+            query_url(root_url, "CREATE TABLE mv (id int, region text, n int, PRIMARY KEY (id, region))")
+            query_url(root_url, "CREATE SUBSCRIPTION movers_root_sub CONNECTION '%s' PUBLICATION mvrootpub"
+                      % self.relay.url)
+            wait_until(lambda: query_url(root_url, "SELECT count(*) = 1 AND bool_and(srsubstate = 'r') "
+                                                   "FROM pg_subscription_rel")[0][0],
+                       120, "the via-root subscriber's table sync of mv")
             stop = time.monotonic() + 20
             failures = []
 
@@ -435,9 +465,22 @@ class Mode:
                 got = set(map(tuple, seen.get("rows", [])))
                 expect(False, "PostgreSQL's subscriber has mv exactly, partition by partition",
                        got=sorted(got ^ set(map(tuple, want)))[:10])
+            whole = "SELECT id::text, region, n::text FROM mv ORDER BY 1, 2"
+            want = self.query(whole)
+
+            def root_subscriber_caught_up():
+                seen["rows"] = query_url(root_url, whole)
+                return seen["rows"] == want
+            try:
+                wait_until(root_subscriber_caught_up, 120, "the via-root subscriber's mv")
+            except CheckFailed:
+                got = set(map(tuple, seen.get("rows", [])))
+                expect(False, "PostgreSQL's subscriber of mvrootpub has mv exactly, in one table",
+                       got=sorted(got ^ set(map(tuple, want)))[:10])
 
         env.check("native: 8 writers for 20 s moving rows between partitions; the stream replayed, and "
-                  "PostgreSQL's own subscriber, equal the table", replayed)
+                  "PostgreSQL's own subscriber (of the partitions, and via the root into one table), "
+                  "equal the table", replayed)
 
     def killed_during_attach(self):
         env = self.env
@@ -448,6 +491,7 @@ class Mode:
                 conn = replication(url)
                 try:
                     conn.cursor().create_replication_slot("attach", output_plugin="pgoutput")
+                    conn.cursor().create_replication_slot("attach_root", output_plugin="pgoutput")
                 finally:
                     conn.close()
             stop = threading.Event()
@@ -484,26 +528,28 @@ class Mode:
             self.query("INSERT INTO m VALUES (3000, 'it', 'attached while pgrelay was down')")
             time.sleep(0.5)
             self.relay = env.start_relay(data_dir=self.relay.data_dir, upstream=upstream,
-                                         extra_args=["--no-tls", "--capture", "native"])
+                                         extra_args=["--no-tls", "--capture", "native", "--max-replication-slots", "30"])
             self.query("INSERT INTO m VALUES (3001, 'it', 'after the restart')")
             time.sleep(1.0)
             stop.set()
             w.join()
             expect_eq(failures, [], "the writer's and the ATTACH's errors")
             self.query("SELECT pg_logical_emit_message(true, %s, 'end')", (DONE,))
-            ours = read_until_done(self.relay.url, "attach", "leafpub")
-            theirs = native_view(read_until_done(upstream, "attach", "leafpub"))
-            a, b = changes_only(ours), changes_only(theirs)
-            expect(a == b, "after kill -9 during ATTACH, pgrelay's changes equal the native slot's",
-                   got=first_difference(a, b))
-            a, b = in_force(ours), in_force(theirs)
-            expect(a == b, "and so do the transactions, LSNs included", got=first_difference(a, b))
-            inserted = [m["new"][0] for m in a if m["tag"] == "I"]
-            expect("3000" in inserted and "3001" in inserted and len(inserted) > 20,
-                   "the attached partition's rows and the writer's are in the stream", got=inserted[-5:])
+            for slot, pub in (("attach", "leafpub"), ("attach_root", "rootpub")):
+                ours = read_until_done(self.relay.url, slot, pub)
+                theirs = native_view(read_until_done(upstream, slot, pub))
+                a, b = changes_only(ours), changes_only(theirs)
+                expect(a == b, "%s: after kill -9 during ATTACH, pgrelay's changes equal the native slot's" % pub,
+                       got=first_difference(a, b))
+                a, b = in_force(ours), in_force(theirs)
+                expect(a == b, "%s: and so do the transactions, LSNs included" % pub, got=first_difference(a, b))
+                inserted = [m["new"][0] for m in a if m["tag"] == "I"]
+                expect("3000" in inserted and "3001" in inserted and len(inserted) > 20,
+                       "%s: the attached partition's rows and the writer's are in the stream" % pub,
+                       got=inserted[-5:])
 
         env.check("native: kill -9 of pgrelay during an ATTACH PARTITION while a writer runs; after the "
-                  "restart the stream equals a native slot's", crash)
+                  "restart the streams of leafpub and of rootpub (via the root) equal a native slot's", crash)
 
     def plain_streams(self):
         n = self.name

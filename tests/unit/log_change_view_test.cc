@@ -437,6 +437,193 @@ TEST(DeltaUpdate, KeyHookGivesFullIdentityTablesAKey) {
 
 // --- through the log ---
 
+// ---- partitions published via an ancestor (publish_via_partition_root) ----
+
+constexpr pgoutput::Oid kRoot = 16500;
+constexpr pgoutput::Oid kLeafUs = 16510;
+constexpr pgoutput::Oid kLeafEu = 16520;
+constexpr pgoutput::Oid kPlain = 16530;
+
+// m (id, region, v, mood), keyed by (id, region), as the catalog describes it.
+Relation root_m() {
+  Relation r;
+  r.oid = kRoot;
+  r.namespace_name = "public";
+  r.name = "m";
+  r.columns = {Column{pgoutput::kColumnIsKey, "id", 23, -1},
+               Column{pgoutput::kColumnIsKey, "region", 25, -1}, Column{0, "v", 25, -1},
+               Column{0, "mood", kMoodType, -1}};
+  return r;
+}
+
+// m_us, attached with its own column order: (mood, v, region, id).
+Relation leaf_us() {
+  Relation r;
+  r.oid = kLeafUs;
+  r.namespace_name = "public";
+  r.name = "m_us";
+  r.columns = {Column{0, "mood", kMoodType, -1}, Column{0, "v", 25, -1},
+               Column{pgoutput::kColumnIsKey, "region", 25, -1},
+               Column{pgoutput::kColumnIsKey, "id", 23, -1}};
+  return r;
+}
+
+Relation leaf_eu() {
+  Relation r = root_m();
+  r.oid = kLeafEu;
+  r.name = "m_eu";
+  return r;
+}
+
+Relation plain() {
+  Relation r = settings();
+  r.oid = kPlain;
+  r.namespace_name = "public";
+  r.name = "plain";
+  return r;
+}
+
+// A view publishing m_us and m_eu as m (2 leaves), and plain as itself.
+ViewOptions via_root(OperationSet ops, bool truncate,
+                     std::optional<std::vector<std::string>> columns = std::nullopt,
+                     char identity = pgoutput::kReplicaIdentityDefault) {
+  auto as = std::make_shared<PublishedAs>();
+  as->relation = root_m();
+  as->relation.replica_identity = identity;
+  as->leaves = 2;
+  as->truncate = truncate;
+  PublicationTables pubs;
+  for (const Relation& leaf : {leaf_us(), leaf_eu()}) {
+    TableRule rule;
+    rule.operations = ops;
+    rule.columns = columns;
+    rule.publish_as = as;
+    pubs.tables[leaf.oid] = rule;
+    pubs.names[{leaf.namespace_name, leaf.name}] = leaf.oid;
+  }
+  TableRule rule;
+  rule.operations = kAllOperations;
+  pubs.tables[kPlain] = rule;
+  pubs.names[{"public", "plain"}] = kPlain;
+  ViewOptions o;
+  o.publications = std::move(pubs);
+  return o;
+}
+
+TEST(PublishedViaRoot, ChangesGoOutAsTheAncestorsAfterItsRelationAndThePartitions) {
+  const Tuple us = row({t("calm"), t("hello"), t("us"), t("7")});
+  auto out = view_of(
+      via_root(kAllOperations, true),
+      txn({mood(), leaf_us(), pgoutput::Insert{std::nullopt, kLeafUs, us},
+           pgoutput::Update{std::nullopt, kLeafUs,
+                            OldTuple{OldKind::kKey, row({null(), null(), t("us"), t("7")})},
+                            row({t("calm"), t("moved"), t("us"), t("8")})},
+           pgoutput::Delete{std::nullopt, kLeafUs,
+                            OldTuple{OldKind::kKey, row({null(), null(), t("us"), t("8")})}}}));
+  ASSERT_TRUE(out);
+  // maybe_send_schema: the ancestor's Types and Relation, then the partition's own.
+  EXPECT_EQ(kinds(*out),
+            (Kinds{"TYPE", "RELATION", "TYPE", "RELATION", "INSERT", "UPDATE", "DELETE"}));
+  EXPECT_EQ(std::get<Relation>(out->changes[1].message), root_m());
+  EXPECT_EQ(std::get<Relation>(out->changes[3].message), leaf_us());
+  const auto& insert = std::get<pgoutput::Insert>(out->changes[4].message);
+  EXPECT_EQ(insert.relation_oid, kRoot);
+  EXPECT_EQ(insert.new_tuple, row({t("7"), t("us"), t("hello"), t("calm")}));
+  const auto& update = std::get<pgoutput::Update>(out->changes[5].message);
+  EXPECT_EQ(update.relation_oid, kRoot);
+  ASSERT_TRUE(update.old);
+  EXPECT_EQ(update.old->kind, OldKind::kKey);
+  EXPECT_EQ(update.old->tuple, row({t("7"), t("us"), null(), null()}));
+  EXPECT_EQ(update.new_tuple, row({t("8"), t("us"), t("moved"), t("calm")}));
+  const auto& del = std::get<pgoutput::Delete>(out->changes[6].message);
+  EXPECT_EQ(del.relation_oid, kRoot);
+  EXPECT_EQ(del.old.tuple, row({t("8"), t("us"), null(), null()}));
+}
+
+TEST(PublishedViaRoot, TheOldTupleIsFlaggedByTheAncestorsReplicaIdentity) {
+  // The partition is REPLICA IDENTITY FULL (its old rows are whole), m is not: pgoutput writes
+  // 'K' with the whole row; and the other way round 'O' with only the key.
+  const Tuple whole = row({t("calm"), t("v"), t("us"), t("7")});
+  auto key =
+      view_of(via_root(kAllOperations, true),
+              txn({mood(), leaf_us(),
+                   pgoutput::Delete{std::nullopt, kLeafUs, OldTuple{OldKind::kFull, whole}}}));
+  ASSERT_TRUE(key);
+  EXPECT_EQ(std::get<pgoutput::Delete>(key->changes.back().message).old.kind, OldKind::kKey);
+  auto full = view_of(
+      via_root(kAllOperations, true, std::nullopt, pgoutput::kReplicaIdentityFull),
+      txn({mood(), leaf_us(),
+           pgoutput::Delete{std::nullopt, kLeafUs,
+                            OldTuple{OldKind::kKey, row({null(), null(), t("us"), t("7")})}}}));
+  ASSERT_TRUE(full);
+  EXPECT_EQ(std::get<pgoutput::Delete>(full->changes.back().message).old.kind, OldKind::kFull);
+}
+
+TEST(PublishedViaRoot, TheAncestorsColumnListProjectsBothRelationsAndTheTuples) {
+  auto out = view_of(via_root(kAllOperations, true, std::vector<std::string>{"id", "region"}),
+                     txn({mood(), leaf_us(),
+                          pgoutput::Insert{std::nullopt, kLeafUs,
+                                           row({t("calm"), t("hello"), t("us"), t("7")})}}));
+  ASSERT_TRUE(out);
+  // The mood column is not in the list: no Type for either Relation.
+  EXPECT_EQ(kinds(*out), (Kinds{"RELATION", "RELATION", "INSERT"}));
+  const auto& root = std::get<Relation>(out->changes[0].message);
+  ASSERT_EQ(root.columns.size(), 2u);
+  EXPECT_EQ(root.columns[0].name, "id");
+  EXPECT_EQ(root.columns[1].name, "region");
+  const auto& leaf = std::get<Relation>(out->changes[1].message);
+  ASSERT_EQ(leaf.columns.size(), 2u);
+  EXPECT_EQ(leaf.columns[0].name, "region");
+  EXPECT_EQ(std::get<pgoutput::Insert>(out->changes[2].message).new_tuple, row({t("7"), t("us")}));
+}
+
+TEST(PublishedViaRoot, ATruncateOfEveryPartitionIsTheAncestorsAndOfFewerIsNotSent) {
+  const pgoutput::Truncate all{std::nullopt, false, true, {kLeafEu, kLeafUs, kPlain}};
+  auto out = view_of(via_root(kAllOperations, true),
+                     txn({mood(), leaf_eu(), mood(), leaf_us(), plain(), all}));
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"TYPE", "RELATION", "RELATION", "TRUNCATE"}));
+  EXPECT_EQ(std::get<Relation>(out->changes[1].message).oid, kRoot);
+  const auto& truncate = std::get<pgoutput::Truncate>(out->changes.back().message);
+  EXPECT_EQ(truncate.relation_oids, (std::vector<pgoutput::Oid>{kRoot, kPlain}));
+  EXPECT_TRUE(truncate.restart_identity);
+
+  // One partition alone: pgoutput sends neither it nor the ancestor.
+  auto one = view_of(via_root(kAllOperations, true),
+                     txn({leaf_eu(), pgoutput::Truncate{std::nullopt, false, false, {kLeafEu}}}));
+  EXPECT_FALSE(one);
+  // The ancestor's publications do not publish TRUNCATE: only plain is left.
+  auto without =
+      view_of(via_root(kAllOperations, false), txn({leaf_eu(), mood(), leaf_us(), plain(), all}));
+  ASSERT_TRUE(without);
+  EXPECT_EQ(std::get<pgoutput::Truncate>(without->changes.back().message).relation_oids,
+            (std::vector<pgoutput::Oid>{kPlain}));
+}
+
+TEST(PublishedViaRoot, AStoredLayoutNewerThanTheViewKeepsItsValues) {
+  // The view read m before ADD COLUMN note; the stored Relation of m_eu already has it. The
+  // value goes out, after the ancestor's columns, and no value is made up.
+  Relation eu = leaf_eu();
+  eu.columns.push_back(Column{0, "note", 25, -1});
+  auto out = view_of(via_root(kAllOperations, true),
+                     txn({mood(), eu,
+                          pgoutput::Insert{std::nullopt, kLeafEu,
+                                           row({t("1"), t("eu"), t("v"), t("calm"), t("n")})}}));
+  ASSERT_TRUE(out);
+  const auto& root = std::get<Relation>(out->changes[1].message);
+  ASSERT_EQ(root.columns.size(), 5u);
+  EXPECT_EQ(root.columns[4].name, "note");
+  EXPECT_EQ(std::get<pgoutput::Insert>(out->changes.back().message).new_tuple,
+            row({t("1"), t("eu"), t("v"), t("calm"), t("n")}));
+}
+
+TEST(PublishedViaRoot, TheAncestorIsPartOfTheViewKey) {
+  ViewOptions a = via_root(kAllOperations, true);
+  ViewOptions b = via_root(kAllOperations, true, std::nullopt, pgoutput::kReplicaIdentityFull);
+  EXPECT_NE(a.publications->key(), b.publications->key());
+  EXPECT_EQ(a.publications->key(), via_root(kAllOperations, true).publications->key());
+}
+
 // A log in `dir` holding `txns`, one entry each; null (after a failure) when that fails.
 std::unique_ptr<ChangeLog> log_of(const testing::TempDir& dir,
                                   const std::vector<Transaction>& txns) {
