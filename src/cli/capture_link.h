@@ -59,7 +59,6 @@ class NativeCaptureLink final : public ServeCapture {
 
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;
-  bool captures_partition_leaves() const override { return true; }
   CaptureFigures figures() const override;
 
   const capture::NativeSetupReport& setup_report() const { return capture_->setup_report(); }

@@ -75,17 +75,6 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
   logger.info("trigger capture installed",
               {{"captured_tables", installed.captured_tables},
                {"ddl_tracking", installed.event_trigger ? "event trigger (exact)" : "interval"}});
-  if (!installed.inexact_tables.empty()) {
-    logger.warning(
-        "trigger capture cannot capture partitioned tables yet: streams of the publications "
-        "that publish these are refused",
-        {{"database", upstream.dbname},
-         {"tables", join(installed.inexact_tables)},
-         {"hint",
-          "Publish only ordinary tables for streams through pgrelay, or capture natively "
-          "(--capture native), which streams partitions; `pgrelay doctor` lists the "
-          "publications."}});
-  }
   return std::unique_ptr<ServeCapture>(std::move(*link));
 }
 

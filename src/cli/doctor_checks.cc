@@ -347,34 +347,34 @@ Check check_publications(const Facts& f) {
     if (p.via_root) line += "; publish_via_partition_root";
     c.details.push_back(line);
   }
-  // Partitioned tables and partitions: pgrelay refuses streams of the publications that
-  // publish them (server/publications.h), rather than leave changes out.
-  std::vector<std::string> partitioned;
+  // Partitioned tables stream in both capture modes (their leaf partitions are captured); via
+  // the root only from PostgreSQL 15 on: before, pgrelay refuses such streams
+  // (server/publications.h) rather than leave changes out.
+  std::vector<std::string> via_root_tables;
   std::vector<std::string> refused_pubs;
-  for (const TableFacts& t : f.tables) {
-    if (t.relkind == 'r' && !t.is_partition) continue;
-    partitioned.push_back(t.quoted);
-    for (const auto& p : t.publications_quoted) {
-      if (std::find(refused_pubs.begin(), refused_pubs.end(), p) == refused_pubs.end()) {
-        refused_pubs.push_back(p);
+  if (f.server.version_num < 150000) {
+    for (const TableFacts& t : f.tables) {
+      if (t.relkind != 'p' || t.via_root_publications_quoted.empty()) continue;
+      via_root_tables.push_back(t.quoted);
+      for (const auto& p : t.via_root_publications_quoted) {
+        if (std::find(refused_pubs.begin(), refused_pubs.end(), p) == refused_pubs.end()) {
+          refused_pubs.push_back(p);
+        }
       }
     }
   }
-  if (!partitioned.empty()) {
+  if (!via_root_tables.empty()) {
     std::sort(refused_pubs.begin(), refused_pubs.end());
     c.verdict = Verdict::kFail;
-    c.summary = "publication " + listing(refused_pubs) + " publishes partitioned table or " +
-                "partition " + listing(partitioned) +
-                ", which pgrelay cannot stream exactly yet: START_REPLICATION of it through "
-                "pgrelay is refused (0A000); the other publications stream";
+    c.summary = "publication " + listing(refused_pubs) + " publishes partitioned table " +
+                listing(via_root_tables) +
+                " with publish_via_partition_root, which pgrelay streams from PostgreSQL 15 "
+                "on: START_REPLICATION of it through pgrelay is refused (0A000); the other "
+                "publications stream";
     c.fixes.push_back(
-        Fix{"publish only ordinary tables for streams through pgrelay (ALTER "
-            "PUBLICATION ... DROP TABLE, or a publication FOR TABLE the others), "
-            "and stream partitioned tables from the upstream's own slot; or capture natively "
-            "(serve --capture native, which needs wal_level = logical and the REPLICATION "
-            "right), which streams them as the upstream's own slot does (via the root too, "
-            "on PostgreSQL 15 and later)",
-            {}});
+        Fix{"publish the partitions as themselves, as the upstream's own slot then sends them",
+            {"ALTER PUBLICATION " + refused_pubs.front() +
+             " SET (publish_via_partition_root = false);"}});
     return c;
   }
   std::size_t tables = f.tables.size();

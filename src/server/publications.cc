@@ -200,76 +200,41 @@ Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::
   return pubs;
 }
 
-// Refuses the publications whose partitioned tables the capture cannot stream exactly (see
-// load_publication_view), 0A000 naming the first such table: a stream that leaves changes out
-// is worse than none. Trigger capture sees no write made through a partitioned table (it fires
-// no trigger of its partitions). Native capture logs the leaves' changes, which is what a
-// publication without publish_via_partition_root sends, also for partitions created or
-// attached later; one with it sends them as the ancestor's, which the view maps from
-// PostgreSQL 15 on (PublicationTables), and which is refused before.
-Status refuse_partitioned(PGconn* conn, const std::string& array, PartitionCapture partitions) {
+// Refuses, before PostgreSQL 15, a publication that publishes a partitioned table via the root
+// (publish_via_partition_root), 0A000 naming it: both captures log a partitioned table's
+// changes as its leaf partitions', and only from 15 on does the view read publications by OID
+// and send partitions' changes as the ancestor's (add_partitions_via_root). A stream that
+// leaves changes out is worse than none. Publications of partitions as themselves stream.
+Status refuse_via_root_before_15(PGconn* conn, const std::string& array) {
   const int version = PQserverVersion(conn);
-  // From 15 on the view maps partitions to the ancestor they are published via
-  // (add_partitions_via_root); before, it lists tables by name only.
-  if (partitions == PartitionCapture::kLeaves && version >= 150000) return {};
-  const std::string root =
-      version >= 120000
-          ? "(SELECT pg_catalog.quote_ident(rn.nspname) || '.' || "
-            "pg_catalog.quote_ident(r.relname) "
-            "FROM pg_catalog.pg_class r JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace "
-            "WHERE r.oid = pg_catalog.pg_partition_root(c.oid))"
-          : "NULL::text";
-  // Before 13 no publication publishes via the root (nor holds a partitioned table).
-  const std::string via_root = version >= 130000 ? "p.pubviaroot" : "false";
-  const std::string refused = partitions == PartitionCapture::kLeaves
-                                  ? "c.relkind = 'p' AND " + via_root
-                                  : "(c.relkind = 'p' OR c.relispartition)";
-  const std::string sql =
-      "SELECT t.pubname, pg_catalog.quote_ident(t.schemaname) || '.' || "
-      "pg_catalog.quote_ident(t.tablename), c.relkind = 'p', " +
-      root +
-      " FROM pg_catalog.pg_publication_tables t "
-      "JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname "
-      "JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname "
-      "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
-      "WHERE t.pubname = ANY ($1::text[]) AND " +
-      refused + " ORDER BY t.pubname, t.schemaname, t.tablename LIMIT 1";
-  auto rows = query(conn, sql.c_str(), &array);
+  // From 15 on the view maps them; before 13 no publication publishes via the root.
+  if (version >= 150000 || version < 130000) return {};
+  auto rows =
+      query(conn,
+            "SELECT t.pubname, pg_catalog.quote_ident(t.schemaname) || '.' || "
+            "pg_catalog.quote_ident(t.tablename) "
+            "FROM pg_catalog.pg_publication_tables t "
+            "JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname "
+            "JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname "
+            "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
+            "WHERE t.pubname = ANY ($1::text[]) AND c.relkind = 'p' AND p.pubviaroot "
+            "ORDER BY t.pubname, t.schemaname, t.tablename LIMIT 1",
+            &array);
   if (!rows.ok()) return rows.error();
   if (PQntuples(rows->get()) == 0) return {};
-  PGresult* r = rows->get();
-  const std::string pub = PQgetvalue(r, 0, 0);
-  const std::string table = PQgetvalue(r, 0, 1);
-  const bool partitioned = PQgetvalue(r, 0, 2)[0] == 't';
-  const std::string of = PQgetisnull(r, 0, 3) ? "" : PQgetvalue(r, 0, 3);
-  const std::string what = partitioned
-                               ? "partitioned table " + table
-                               : table + (of.empty() ? ", a partition" : ", a partition of " + of);
-  if (partitions == PartitionCapture::kLeaves) {
-    Error e = Error::make(
-        sqlstate::kFeatureNotSupported,
-        "publication \"" + pub + "\" publishes " + what +
-            " with publish_via_partition_root, which pgrelay streams from PostgreSQL 15 on",
-        "Stream the partitions instead (ALTER PUBLICATION ... SET (publish_via_partition_root "
-        "= false): the changes then come as each partition's, as from the upstream's own "
-        "slot), or stream this publication from the upstream's own slot.");
-    e.detail =
-        "On this upstream (before PostgreSQL 15) pgrelay reads publications by table name "
-        "only, and cannot send partitions' changes as the partitioned table's: the stream "
-        "would leave them out, so pgrelay refuses it.";
-    return e;
-  }
+  const std::string pub = PQgetvalue(rows->get(), 0, 0);
+  const std::string table = PQgetvalue(rows->get(), 0, 1);
   Error e = Error::make(
       sqlstate::kFeatureNotSupported,
-      "publication \"" + pub + "\" publishes " + what + ", which pgrelay cannot stream exactly yet",
-      "Publish only ordinary tables for streams through pgrelay (ALTER PUBLICATION ... DROP "
-      "TABLE, or a publication FOR TABLE the others), or capture natively (--capture native), "
-      "which streams partitioned tables (via the root too, on PostgreSQL 15 and later); else "
-      "stream them from the upstream's own slot. `pgrelay doctor` lists every such "
-      "publication.");
+      "publication \"" + pub + "\" publishes partitioned table " + table +
+          " with publish_via_partition_root, which pgrelay streams from PostgreSQL 15 on",
+      "Stream the partitions instead (ALTER PUBLICATION ... SET (publish_via_partition_root "
+      "= false): the changes then come as each partition's, as from the upstream's own "
+      "slot), or stream this publication from the upstream's own slot.");
   e.detail =
-      "Trigger capture does not see writes made through a partitioned table (they fire no "
-      "trigger of its partitions): the stream would leave changes out, so pgrelay refuses it.";
+      "On this upstream (before PostgreSQL 15) pgrelay reads publications by table name "
+      "only, and cannot send partitions' changes as the partitioned table's: the stream "
+      "would leave them out, so pgrelay refuses it.";
   return e;
 }
 
@@ -733,11 +698,11 @@ Result<log::ViewOptions> build_view(PGconn* conn, const std::vector<Pub>& pubs,
 }  // namespace
 
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
-                                               bool messages, PartitionCapture partitions) {
+                                               bool messages) {
   const std::string array = text_array(names);
   auto pubs = load_publications(conn, names, array);
   if (!pubs.ok()) return pubs.error();
-  PGRELAY_TRY(refuse_partitioned(conn, array, partitions));
+  PGRELAY_TRY(refuse_via_root_before_15(conn, array));
   return build_view(conn, *pubs, array, messages);
 }
 

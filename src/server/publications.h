@@ -15,11 +15,11 @@ namespace pgrelay::server {
 // FOR ALL TABLES publishes every table, FOR TABLES IN SCHEMA every table of the schema now or
 // later, FOR TABLE the listed tables; the operation set is the union of the publications'
 // publish actions. 42704 'publication "x" does not exist' for a missing one, as pgoutput.
-// Logical messages pass when `messages` is set. Blocking (libpq). A publication whose changes the
-// capture cannot give exactly is refused (0A000), never streamed with changes left out: with
-// PartitionCapture::kNone every one that publishes a partitioned table or a partition; with
-// kLeaves (partitions' changes are in the log as the leaves') those that publish a partitioned
-// table via the root (publish_via_partition_root), which would have to be sent as the root's.
+// Logical messages pass when `messages` is set. Blocking (libpq). A publication whose changes
+// pgrelay cannot give exactly is refused (0A000), never streamed with changes left out. Both
+// captures log a partitioned table's changes as its leaf partitions'; a publication that
+// publishes them via the root (publish_via_partition_root) has them sent as the ancestor's
+// (log::PublishedAs) on PostgreSQL 15 and later, and is refused before.
 //
 // On PostgreSQL 15 and later the view carries PublicationTables: per table the publish actions
 // of the publications that publish it, its column list and its row filters per action,
@@ -29,14 +29,8 @@ namespace pgrelay::server {
 // ("cannot use different column lists for table ...", 0A000) to the table's first change.
 // Read at START_REPLICATION, and again where capture marks a change of the publications in
 // the log (walsender.h, reload_view): the upstream's publications as they are when read.
-// What the capture puts in the log for a write through a partitioned table.
-enum class PartitionCapture {
-  kNone,    // nothing (trigger capture: such a write fires no trigger of the partitions)
-  kLeaves,  // the changes of the leaf partitions it went to (native capture)
-};
-
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
-                                               bool messages, PartitionCapture partitions);
+                                               bool messages);
 
 // The same view without the partition refusal: what START_REPLICATION would refuse of the
 // publications' row filters and column lists alone (doctor's publication_filters check).

@@ -37,9 +37,6 @@ class CaptureLink {
   virtual Result<ExportedSnapshot> export_snapshot() = 0;
   // Blocking: returns once everything committed upstream before the call is in the log.
   virtual Result<Lsn> sync() = 0;
-  // Whether a write through a partitioned table reaches the log as its leaf partitions' changes
-  // (native capture decodes them so); trigger capture sees no such write.
-  virtual bool captures_partition_leaves() const { return false; }
 };
 
 // One per captured database. The slot registry and the walsender registry are the server's,

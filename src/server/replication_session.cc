@@ -460,12 +460,7 @@ upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
   auto loaded = co_await run_blocking(hub.blocking(), [&]() -> Result<log::ViewOptions> {
     auto conn = hub.side_connections().acquire(conninfo);
     if (!conn.ok()) return conn.error();
-    const PartitionCapture partitions =
-        hub.capture() != nullptr && hub.capture()->captures_partition_leaves()
-            ? PartitionCapture::kLeaves
-            : PartitionCapture::kNone;
-    return load_publication_view(conn->get(), options.publication_names, options.messages,
-                                 partitions);
+    return load_publication_view(conn->get(), options.publication_names, options.messages);
   });
   if (!loaded.ok()) co_return loaded.error();
   WalsenderView view;

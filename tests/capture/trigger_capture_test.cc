@@ -624,6 +624,59 @@ TEST_F(TriggerCaptureTest, AnInstallationOfVersion3IsUpgradedInPlaceAndItsRowsAr
   EXPECT_EQ(texts(std::get<pgoutput::Insert>(second[1]).new_tuple), (Values{"3", "v4"}));
 }
 
+// A partition's statement triggers do not fire for rows routed to it through its partitioned
+// table: its row triggers do. Capture takes a published partitioned table's leaves with row
+// triggers, each change as the leaf's, as logical decoding sees them.
+TEST_F(TriggerCaptureTest, APartitionedTablesLeavesAreCapturedWithRowTriggersAsTheirOwnChanges) {
+  create_table("pt",
+               "(id int, region text, v text, PRIMARY KEY (id, region)) "
+               "PARTITION BY LIST (region)");
+  server_->exec(
+      "CREATE TABLE pt_a PARTITION OF pt FOR VALUES IN ('a');"
+      "CREATE TABLE pt_b PARTITION OF pt FOR VALUES IN ('b')");
+  install_tables({"pt"});
+  const std::string row_level =
+      "SELECT string_agg(tgrelid::regclass || ':' || (tgtype & 1), ',' ORDER BY "
+      "tgrelid::regclass::text, tgname) FROM pg_trigger WHERE tgrelid IN ('pt_a'::regclass, "
+      "'pt_b'::regclass) AND tgname IN ('_pgrelay_capture_insert', '_pgrelay_capture_update', "
+      "'_pgrelay_capture_delete')";
+  EXPECT_EQ(server_->scalar(row_level), "pt_a:1,pt_a:1,pt_a:1,pt_b:1,pt_b:1,pt_b:1");
+  // An installation of version 4 (statement triggers on partitions, no row_level column) is
+  // upgraded by installing.
+  server_->exec(
+      "UPDATE _pgrelay.meta SET value = '4' WHERE key = 'version';"
+      "ALTER TABLE _pgrelay.captured DROP COLUMN row_level;"
+      "DO $$ BEGIN EXECUTE format('CREATE OR REPLACE TRIGGER _pgrelay_capture_insert AFTER "
+      "INSERT ON pt_a REFERENCING NEW TABLE AS pgrelay_new FOR EACH STATEMENT EXECUTE FUNCTION "
+      "_pgrelay.%I()', 'capture_' || 'pt_a'::regclass::oid); END $$");
+  EXPECT_EQ(server_->scalar(row_level), "pt_a:1,pt_a:0,pt_a:1,pt_b:1,pt_b:1,pt_b:1");  // insert
+  install_tables({"pt"});
+  EXPECT_EQ(server_->scalar(row_level), "pt_a:1,pt_a:1,pt_a:1,pt_b:1,pt_b:1,pt_b:1");
+  start_poller();
+  server_->exec("INSERT INTO pt VALUES (1, 'a', 'routed'), (2, 'b', 'routed')");
+  server_->exec("UPDATE pt SET region = 'b' WHERE id = 1");  // moves the row: a delete, an insert
+  server_->exec("INSERT INTO pt_a VALUES (3, 'a', 'direct')");
+  poll();
+  auto log = read_log();
+  ASSERT_EQ(log.size(), 3u);
+  auto name_of = [&](std::uint32_t oid) { return oid == oid_of("pt_a") ? "pt_a" : "pt_b"; };
+  auto first = data_changes(log[0]);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_STREQ(name_of(std::get<pgoutput::Insert>(first[0]).relation_oid), "pt_a");
+  EXPECT_STREQ(name_of(std::get<pgoutput::Insert>(first[1]).relation_oid), "pt_b");
+  auto moved = data_changes(log[1]);
+  ASSERT_EQ(moved.size(), 2u);
+  const auto& gone = std::get<pgoutput::Delete>(moved[0]);
+  EXPECT_STREQ(name_of(gone.relation_oid), "pt_a");
+  EXPECT_EQ(texts(gone.old.tuple), (Values{"1", "a", std::nullopt}));  // the key
+  const auto& arrived = std::get<pgoutput::Insert>(moved[1]);
+  EXPECT_STREQ(name_of(arrived.relation_oid), "pt_b");
+  EXPECT_EQ(texts(arrived.new_tuple), (Values{"1", "b", "routed"}));
+  auto direct = data_changes(log[2]);
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_EQ(texts(std::get<pgoutput::Insert>(direct[0]).new_tuple), (Values{"3", "a", "direct"}));
+}
+
 TEST_F(TriggerCaptureTest, RolledBackSavepointLeavesOnlyCommittedRows) {
   create_table("sp", "(id int PRIMARY KEY)");
   install_tables({"sp"});

@@ -85,6 +85,10 @@ DECLARE
   flush text;
   threshold int4;
   i int4;
+  is_partition boolean;
+  new_rows text;
+  old_rows text;
+  each text;
 BEGIN
   SELECT * INTO cap FROM @S.captured WHERE relid = p_relid;
   IF NOT FOUND THEN RETURN NULL; END IF;
@@ -105,7 +109,19 @@ BEGIN
     VALUES (p_relid, v, cur.nspname, cur.relname, cur.replident, cur.names, cur.types,
             cur.typmods, cur.keys, cur.generated, cur.toastable);
   END IF;
-  IF cap.layout = v THEN RETURN v; END IF;
+  -- A partition's statement triggers fire only for writes made to it by name; its row
+  -- triggers fire for those routed through a partitioned table too.
+  is_partition := coalesce((SELECT c.relispartition FROM pg_class c WHERE c.oid = p_relid),
+                           false);
+  IF cap.layout = v AND cap.row_level = is_partition THEN RETURN v; END IF;
+  IF is_partition THEN
+    new_rows := '(SELECT NEW.*)';
+    old_rows := '(SELECT OLD.*)';
+    each := 'FOR EACH ROW';
+  ELSE
+    new_rows := 'pgrelay_new';
+    old_rows := 'pgrelay_old';
+  END IF;
 
   tbl := format('%I.%I', cur.nspname, cur.relname);
   fn := format('@S.%I', 'capture_' || p_relid);
@@ -126,7 +142,8 @@ BEGIN
   END IF;
 
   -- Statement-level: one call per statement, the rows from its transition tables in the order
-  -- they were changed. An UPDATE's old and new transition rows are stored pairwise, so their
+  -- they were changed (a partition's triggers are row-level: the same body over one row, NEW
+  -- and OLD in place of the transition tables). An UPDATE's old and new transition rows are stored pairwise, so their
   -- positions pair them. The rows are written in chunks, arrays of up to 1,000 rows or 1 MiB of
   -- row text (more only for a single row): a bulk statement then writes one change row,
   -- index entry and sequence value per chunk instead of per row, and its compressed arrays: a
@@ -152,19 +169,19 @@ BEGIN
   body := E'DECLARE\n  v_old text;\n  v_new text;\n  v_kept text;\n  v_width int8;\n'
     || E'  v_olds text[];\n  v_news text[];\n  v_kepts text[];\n  v_count int4 := 0;\n'
     || E'  v_bytes int8 := 0;\nBEGIN\n  IF TG_OP = ''INSERT'' THEN\n'
-    || format(chunk, 'SELECT NULL::text, (r.*)::text, NULL::text FROM pgrelay_new r',
+    || format(chunk, format('SELECT NULL::text, (r.*)::text, NULL::text FROM %s r', new_rows),
               format(flush, 'I', v, 'NULL'), 'v_news[v_count] := v_new;')
     || E'\n  ELSIF TG_OP = ''UPDATE'' THEN\n'
     || format(chunk,
               format('SELECT %s, n.t, %s FROM (SELECT pg_catalog.row_number() OVER () AS i, '
-                     || '(r.*)::text AS t%s FROM pgrelay_old r) o JOIN (SELECT '
+                     || '(r.*)::text AS t%s FROM %s r) o JOIN (SELECT '
                      || 'pg_catalog.row_number() OVER () AS i, (r.*)::text AS t%s FROM '
-                     || 'pgrelay_new r) n ON n.i OPERATOR(pg_catalog.=) o.i ORDER BY n.i',
+                     || '%s r) n ON n.i OPERATOR(pg_catalog.=) o.i ORDER BY n.i',
                      CASE WHEN old_kind IS NULL THEN 'NULL::text' ELSE 'o.t' END,
                      CASE WHEN cardinality(unchanged) = 0 THEN 'NULL::text' ELSE
                        'pg_catalog.array_to_string(pg_catalog.array_remove(ARRAY['
                        || array_to_string(unchanged, ', ') || ']::int2[], NULL), '','')' END,
-                     cols, cols),
+                     cols, old_rows, cols, new_rows),
               format(flush, 'U', v, coalesce(old_kind, 'NULL')),
               'v_news[v_count] := v_new;'
                 || CASE WHEN old_kind IS NULL THEN '' ELSE ' v_olds[v_count] := v_old;' END
@@ -172,7 +189,7 @@ BEGIN
                    ELSE ' v_kepts[v_count] := v_kept;' END)
     || E'\n  ELSE\n'
     || CASE WHEN old_kind IS NULL THEN '    NULL; -- pgoutput sends no Delete without an old tuple'
-       ELSE format(chunk, 'SELECT (r.*)::text, NULL::text, NULL::text FROM pgrelay_old r',
+       ELSE format(chunk, format('SELECT (r.*)::text, NULL::text, NULL::text FROM %s r', old_rows),
                    format(flush, 'D', v, old_kind), 'v_olds[v_count] := v_old;') END
     || E'\n  END IF;\n  IF EXISTS (SELECT 1 FROM @S.wakeup WHERE armed) THEN\n    '
     || format('PERFORM pg_catalog.pg_notify(%L, '''');', @L)
@@ -183,22 +200,25 @@ BEGIN
   EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn);
 
   EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @R, tbl);  -- row trigger of version 1
+  -- Row triggers of a partition take no transition tables (Postgres allows none there).
   IF cap.ins THEN
-    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER INSERT ON %s REFERENCING NEW TABLE AS '
-                   'pgrelay_new FOR EACH STATEMENT EXECUTE FUNCTION %s()', @I, tbl, fn);
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER INSERT ON %s %s EXECUTE FUNCTION %s()',
+                   @I, tbl, coalesce(each, 'REFERENCING NEW TABLE AS pgrelay_new FOR EACH '
+                                           'STATEMENT'), fn);
   ELSE
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @I, tbl);
   END IF;
   IF cap.upd THEN
-    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER UPDATE ON %s REFERENCING OLD TABLE AS '
-                   'pgrelay_old NEW TABLE AS pgrelay_new FOR EACH STATEMENT EXECUTE FUNCTION %s()',
-                   @U, tbl, fn);
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER UPDATE ON %s %s EXECUTE FUNCTION %s()',
+                   @U, tbl, coalesce(each, 'REFERENCING OLD TABLE AS pgrelay_old NEW TABLE AS '
+                                           'pgrelay_new FOR EACH STATEMENT'), fn);
   ELSE
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @U, tbl);
   END IF;
   IF cap.del AND old_kind IS NOT NULL THEN
-    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER DELETE ON %s REFERENCING OLD TABLE AS '
-                   'pgrelay_old FOR EACH STATEMENT EXECUTE FUNCTION %s()', @D, tbl, fn);
+    EXECUTE format('CREATE OR REPLACE TRIGGER %s AFTER DELETE ON %s %s EXECUTE FUNCTION %s()',
+                   @D, tbl, coalesce(each, 'REFERENCING OLD TABLE AS pgrelay_old FOR EACH '
+                                           'STATEMENT'), fn);
   ELSE
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @D, tbl);
   END IF;
@@ -214,9 +234,45 @@ BEGIN
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @T, tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @E, tbl);
   END IF;
-  UPDATE @S.captured SET layout = v WHERE relid = p_relid;
+  UPDATE @S.captured SET layout = v, row_level = is_partition WHERE relid = p_relid;
   RETURN v;
 END
+$fn$;
+
+-- The tables the sources (publications, or tables named) want captured, with the operations
+-- each is published for (one row per source). A partitioned table stands for its leaf
+-- partitions, which hold its rows: their row triggers see every write, through the root or
+-- not, as the partitions' own changes, which is how logical decoding sees them too.
+CREATE OR REPLACE FUNCTION @S.wanted_tables(OUT relid pg_catalog.oid, OUT relkind text,
+    OUT nspname text, OUT relname text, OUT pubname text, OUT ins boolean, OUT upd boolean,
+    OUT del boolean, OUT trunc boolean)
+RETURNS SETOF record LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH listed AS (
+    SELECT c.oid AS relid, c.relkind::text AS relkind, n.nspname::text AS nspname,
+           c.relname::text AS relname, p.pubname::text AS pubname,
+           p.pubinsert AS ins, p.pubupdate AS upd, p.pubdelete AS del, p.pubtruncate AS trunc
+    FROM @S.sources s
+    JOIN pg_publication p ON p.pubname = s.publication OR s.publication = '*'
+    JOIN pg_publication_tables pt ON pt.pubname = p.pubname
+    JOIN pg_namespace n ON n.nspname = pt.schemaname
+    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+    WHERE s.publication IS NOT NULL AND pt.schemaname <> @L
+    UNION ALL
+    SELECT c.oid, c.relkind::text, n.nspname::text, c.relname::text, NULL, true, true, true, true
+    FROM @S.sources s
+    JOIN pg_class c ON c.oid = s.relid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE s.publication IS NULL
+  )
+  SELECT * FROM listed WHERE listed.relkind <> 'p'
+  UNION ALL
+  -- Foreign partitions are left out: neither triggers nor logical decoding see their writes.
+  SELECT c.oid, c.relkind::text, n.nspname::text, c.relname::text, w.pubname, w.ins, w.upd,
+         w.del, w.trunc
+  FROM listed w CROSS JOIN LATERAL pg_partition_tree(w.relid) t
+  JOIN pg_class c ON c.oid = t.relid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE w.relkind = 'p' AND t.isleaf AND c.relkind = 'r'
 $fn$;
 
 -- Brings the captured tables in line with the sources (configured tables, publications) and
@@ -229,34 +285,18 @@ DECLARE
 BEGIN
   LOCK TABLE @S.captured IN EXCLUSIVE MODE;
   FOR r IN
-    WITH wanted AS (
-      SELECT c.oid AS relid, c.relkind, n.nspname, c.relname, p.pubname,
-             p.pubinsert AS ins, p.pubupdate AS upd, p.pubdelete AS del, p.pubtruncate AS trunc
-      FROM @S.sources s
-      JOIN pg_publication p ON p.pubname = s.publication OR s.publication = '*'
-      JOIN pg_publication_tables pt ON pt.pubname = p.pubname
-      JOIN pg_namespace n ON n.nspname = pt.schemaname
-      JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-      WHERE s.publication IS NOT NULL AND pt.schemaname <> @L
-      UNION ALL
-      SELECT c.oid, c.relkind, n.nspname, c.relname, NULL, true, true, true, true
-      FROM @S.sources s
-      JOIN pg_class c ON c.oid = s.relid
-      JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE s.publication IS NULL
-    )
-    SELECT w.relid, min(w.relkind::text) AS relkind, min(w.nspname) AS nspname,
+    SELECT w.relid, min(w.relkind) AS relkind, min(w.nspname) AS nspname,
            min(w.relname) AS relname, min(w.pubname) AS pubname, bool_or(w.ins) AS ins,
            bool_or(w.upd) AS upd, bool_or(w.del) AS del, bool_or(w.trunc) AS trunc
-    FROM wanted w GROUP BY w.relid
+    FROM @S.wanted_tables() w GROUP BY w.relid
   LOOP
     IF r.relkind <> 'r' THEN
       IF strict THEN
         RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
-          MESSAGE = format('"%s.%s"%s is not a plain table', r.nspname, r.relname,
+          MESSAGE = format('"%s.%s"%s is not a table', r.nspname, r.relname,
                            CASE WHEN r.pubname IS NULL THEN ''
                            ELSE format(' of publication "%s"', r.pubname) END),
-          HINT = 'Trigger capture supports ordinary tables only (no partitioned tables yet).';
+          HINT = 'Trigger capture captures ordinary and partitioned tables.';
       END IF;
       CONTINUE;
     END IF;
@@ -273,15 +313,10 @@ BEGIN
     n := n + 1;
     PERFORM @S.refresh_table(r.relid);
   END LOOP;
-  -- Tables no longer wanted (or dropped, or no longer plain).
+  -- Tables no longer wanted (or dropped, or no longer plain, or detached).
   FOR r IN
-    SELECT c.relid FROM @S.captured c WHERE NOT EXISTS (
-      SELECT 1 FROM pg_class k WHERE k.oid = c.relid AND k.relkind = 'r' AND (
-        EXISTS (SELECT 1 FROM @S.sources s JOIN pg_publication_tables pt
-                  ON pt.pubname = s.publication OR s.publication = '*'
-                JOIN pg_namespace n ON n.nspname = pt.schemaname
-                WHERE n.oid = k.relnamespace AND pt.tablename = k.relname)
-        OR EXISTS (SELECT 1 FROM @S.sources s WHERE s.publication IS NULL AND s.relid = k.oid)))
+    SELECT c.relid FROM @S.captured c
+    WHERE c.relid NOT IN (SELECT w.relid FROM @S.wanted_tables() w WHERE w.relkind = 'r')
   LOOP
     PERFORM @S.remove_table(r.relid);
   END LOOP;
@@ -394,6 +429,7 @@ constexpr std::string_view kPrivateFunctions[] = {
     "current_layout(pg_catalog.oid)",
     "remove_table(pg_catalog.oid)",
     "refresh_table(pg_catalog.oid)",
+    "wanted_tables()",
     "sync(boolean)",
     "capture_truncate()",
     "on_ddl()",
@@ -583,10 +619,10 @@ Status check_table(PgSession& s, const TableName& t, const std::string& own_sche
   if (r->rows() == 0) {
     return Error::make("42P01", "relation \"" + t.schema + "." + t.name + "\" does not exist");
   }
-  if (r->value(0, 0) != "r") {
-    return Error::make(
-        sqlstate::kFeatureNotSupported, "\"" + t.schema + "." + t.name + "\" is not a plain table",
-        "Trigger capture supports ordinary tables only (no partitioned tables yet).");
+  if (r->value(0, 0) != "r" && r->value(0, 0) != "p") {
+    return Error::make(sqlstate::kFeatureNotSupported,
+                       "\"" + t.schema + "." + t.name + "\" is not a table",
+                       "Trigger capture captures ordinary and partitioned tables.");
   }
   return {};
 }
@@ -769,6 +805,9 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.captured +
                     " (relid pg_catalog.oid PRIMARY KEY, ins bool NOT NULL, upd bool NOT NULL,"
                     " del bool NOT NULL, trunc bool NOT NULL, layout int4 NOT NULL DEFAULT 0)"));
+  // row_level: the table's triggers fire per row, as a partition's must (version 5).
+  PGRELAY_TRY(s.run("ALTER TABLE " + n.captured +
+                    " ADD COLUMN IF NOT EXISTS row_level bool NOT NULL DEFAULT false"));
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.layouts +
                     " (relid pg_catalog.oid NOT NULL, version int4 NOT NULL, nspname text NOT NULL,"
                     " relname text NOT NULL, replident \"char\" NOT NULL, names text[] NOT NULL,"
@@ -847,19 +886,6 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   auto synced = s.exec("SELECT " + n.schema + ".sync(false)");
   if (!synced.ok()) return synced.error();
   report.captured_tables = static_cast<int>(to_u32(synced->value(0, 0)));
-  auto inexact = s.exec(
-      "SELECT DISTINCT pg_catalog.quote_ident(pt.schemaname) || '.' || "
-      "pg_catalog.quote_ident(pt.tablename) FROM " +
-      n.sources +
-      " s JOIN pg_catalog.pg_publication_tables pt "
-      "ON pt.pubname = s.publication OR s.publication = '*' "
-      "JOIN pg_catalog.pg_namespace ns ON ns.nspname = pt.schemaname "
-      "JOIN pg_catalog.pg_class c ON c.relnamespace = ns.oid AND c.relname = pt.tablename "
-      "WHERE s.publication IS NOT NULL AND (c.relkind = 'p' OR c.relispartition) ORDER BY 1");
-  if (!inexact.ok()) return inexact.error();
-  for (int i = 0; i < inexact->rows(); ++i) {
-    report.inexact_tables.emplace_back(inexact->value(i, 0));
-  }
   PGRELAY_TRY(txn.commit());
   return report;
 }
@@ -907,8 +933,8 @@ Status uninstall(PgSession& session, const std::string& schema) {
         "SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc p "
         "WHERE p.pronamespace = $1::pg_catalog.regnamespace AND p.proname = ANY ($2::text[])",
         {n.schema,
-         "{current_layout,remove_table,refresh_table,sync,truncate_begin,truncate_end,"
-         "capture_truncate,emit_message,on_ddl}"});
+         "{current_layout,remove_table,refresh_table,wanted_tables,sync,truncate_begin,"
+         "truncate_end,capture_truncate,emit_message,on_ddl}"});
     if (!fns.ok()) return fns.error();
     for (int i = 0; i < fns->rows(); ++i) {
       PGRELAY_TRY(s.run("DROP FUNCTION IF EXISTS " + std::string(fns->value(i, 0))));

@@ -82,8 +82,9 @@ namespace pgrelay::capture {
 // version 1 (phase 1) is upgraded when its change table is empty; version 2 numbered layouts
 // per table (3 takes them from a sequence, never reusing one) and is upgraded by installing;
 // 3 wrote one change row per row (4 writes chunks of a statement's rows) and is upgraded by
-// installing, its rows still read.
-inline constexpr int kInstallVersion = 4;
+// installing, its rows still read; 4 captured no partitioned table (5 captures the leaf
+// partitions of those published, with row triggers) and is upgraded by installing.
+inline constexpr int kInstallVersion = 5;
 
 struct TableName {
   std::string schema;
@@ -115,10 +116,6 @@ struct InstallReport {
   bool created_schema = false;
   bool event_trigger = false;
   std::string timezone;  // the server default the trigger functions format timestamptz in
-  // Published partitioned tables and partitions, quoted: capture leaves the partitioned ones
-  // out (and would miss writes made through them on the partitions), so streams of the
-  // publications that publish them are refused until pgrelay captures them exactly.
-  std::vector<std::string> inexact_tables;
 };
 
 // Creates or brings up to date everything in one transaction; running it again with the same
