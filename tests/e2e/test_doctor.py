@@ -265,7 +265,8 @@ def body(env):
         expect_check(checks, "table_privileges", "OK", "owns all 3")
         expect(serve_starts(env, user), "pgrelay serve starts once doctor exits 0")
         checks, out = doctor(env, user, 0)
-        expect_check(checks, "schema", "OK", "trigger capture version 4 is installed")
+        installed = admin_value(env, "SELECT value FROM _pgrelay.meta WHERE key = 'version'")
+        expect_check(checks, "schema", "OK", "trigger capture version %s is installed" % installed)
 
     def restore_privileges():
         env.psql_admin("DROP SCHEMA IF EXISTS _pgrelay CASCADE")
