@@ -308,6 +308,7 @@ class Mode:
                                          extra_args=["--no-tls", "--capture", n, "--max-replication-slots", "30"])
 
         env.check("%s: pgrelay serve starts beside partitioned tables with default partitions" % n, setup)
+        self.catalog_answers()
         self.equals_a_native_slot()
         try:
             self.writers_move_rows()
@@ -316,6 +317,31 @@ class Mode:
                 self.subscriber.cleanup()
         self.killed_during_attach()
         self.plain_streams()
+
+    def catalog_answers(self):
+        """What subscribers read of the publications (PostgreSQL 15's table sync reads
+        pg_publication_tables; 16's also pg_get_publication_tables) is Postgres's answer through
+        pgrelay, less pgrelay's own schema."""
+        pubs = sorted({p for names in STREAMED for p in names.split(",")} | {"mvpub", "mvrootpub"})
+        tables = ("SELECT pubname, schemaname, tablename, attnames::text, rowfilter "
+                  "FROM pg_publication_tables WHERE pubname = ANY (%s) AND schemaname <> '_pgrelay' "
+                  "ORDER BY 1, 2, 3")
+        functions = ("SELECT p.pubname, t.relid::regclass::text, t.attrs::text, "
+                     "pg_get_expr(t.qual, t.relid) FROM pg_publication p, "
+                     "pg_get_publication_tables(p.pubname) t WHERE p.pubname = ANY (%s) "
+                     "AND t.relid::regclass::text NOT LIKE '\\_pgrelay.%%' ORDER BY 1, 2")
+
+        def same():
+            for sql in (tables, functions):
+                ours = query_url(self.relay.url, sql, (pubs,))
+                theirs = self.query(sql, (pubs,))
+                expect(ours == theirs and len(theirs) > 20, "through pgrelay as from the upstream: " + sql[:60],
+                       got=(len(ours), len(theirs), sorted(set(map(tuple, ours)) ^ set(map(tuple, theirs)))[:5]))
+            roots = [r[2] for r in query_url(self.relay.url, tables, (["rootpub"],))]
+            expect_eq(roots, ["m"], "rootpub's table through pgrelay is the root")
+
+        self.env.check("%s: pg_publication_tables and pg_get_publication_tables answer through pgrelay as from "
+                       "the upstream, for publications of partitions and via the root" % self.name, same)
 
     def equals_a_native_slot(self):
         env = self.env
@@ -474,35 +500,29 @@ class Mode:
             expect(state == expected, "the stream replayed equals mv (%d rows; %d deletes, row moves included)"
                    % (len(expected), moves),
                    got=sorted(set(state.items()) ^ set(expected.items()))[:10])
-            table = "SELECT tableoid::regclass::text, id::text, region, n::text FROM mv ORDER BY 2, 3"
-            want = self.query(table)
-            seen = {}
-
-            def subscriber_caught_up():
-                seen["rows"] = query_url(sub_url, table)
-                return seen["rows"] == want
-            try:
-                wait_until(subscriber_caught_up, 120, "the subscriber's mv")
-            except CheckFailed:
-                got = set(map(tuple, seen.get("rows", [])))
-                expect(False, "PostgreSQL's subscriber has mv exactly, partition by partition",
-                       got=sorted(got ^ set(map(tuple, want)))[:10])
-            whole = "SELECT id::text, region, n::text FROM mv ORDER BY 1, 2"
-            want = self.query(whole)
-
-            def root_subscriber_caught_up():
-                seen["rows"] = query_url(root_url, whole)
-                return seen["rows"] == want
-            try:
-                wait_until(root_subscriber_caught_up, 120, "the via-root subscriber's mv")
-            except CheckFailed:
-                got = set(map(tuple, seen.get("rows", [])))
-                expect(False, "PostgreSQL's subscriber of mvrootpub has mv exactly, in one table",
-                       got=sorted(got ^ set(map(tuple, want)))[:10])
+            self.subscriber_equals(sub_url, "SELECT tableoid::regclass::text, id::text, region, n::text "
+                                   "FROM mv ORDER BY 2, 3", "PostgreSQL's subscriber has mv exactly, partition by "
+                                   "partition")
+            self.subscriber_equals(root_url, "SELECT id::text, region, n::text FROM mv ORDER BY 1, 2",
+                                   "PostgreSQL's subscriber of mvrootpub has mv exactly, in one table")
 
         env.check("%s: 8 writers for 20 s moving rows between partitions; the stream replayed, and "
                   "PostgreSQL's own subscriber (of the partitions, and via the root into one table), "
                   "equal the table" % self.name, replayed)
+
+    def subscriber_equals(self, url, sql, what):
+        """Waits until `sql` answers on the subscriber at `url` what it answers upstream."""
+        want = self.query(sql)
+        seen = {}
+
+        def caught_up():
+            seen["rows"] = query_url(url, sql)
+            return seen["rows"] == want
+        try:
+            wait_until(caught_up, 120, what)
+        except CheckFailed:
+            got = set(map(tuple, seen.get("rows", [])))
+            expect(False, what, got=sorted(got ^ set(map(tuple, want)))[:10])
 
     def killed_during_attach(self):
         env = self.env
