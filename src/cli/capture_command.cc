@@ -296,7 +296,7 @@ constexpr const char* kOwnRelations =
     "catalog_walsenders,catalog_server,catalog_settings,catalog_requests,pg_replication_slots,"
     "pg_stat_replication,pg_settings,pg_publication_tables}";
 constexpr const char* kOwnFunctions =
-    "{current_layout,remove_table,refresh_table,sync,truncate_begin,truncate_end,"
+    "{current_layout,remove_table,refresh_table,wanted_tables,sync,truncate_begin,truncate_end,"
     "capture_truncate,emit_message,on_ddl,current_setting,pg_current_wal_lsn,"
     "pg_current_wal_insert_lsn,pg_current_wal_flush_lsn,catalog_create_slot,"
     "pg_create_logical_replication_slot,pg_drop_replication_slot,catalog_terminate_walsender,"
