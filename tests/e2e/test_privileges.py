@@ -75,7 +75,8 @@ CALLS = [
 # pgrelay's own objects: no role but the owner may use them (their callers are pgrelay itself,
 # triggers and event triggers, which Postgres runs without an EXECUTE check).
 INTERNAL_PREFIXES = ("capture_",)
-INTERNAL = {"current_layout", "remove_table", "refresh_table", "wanted_tables", "sync", "truncate_begin", "truncate_end",
+INTERNAL = {"current_layout", "remove_table", "refresh_table", "wanted_tables", "sync", "truncate_begin",
+            "truncate_end",
             "on_ddl", "note_publications", "publications_fingerprint", "native_mirror", "native_on_ddl",
             "catalog_create_slot", "catalog_drop_slot", "catalog_terminate_walsender",
             "catalog_walsender_role", "relay_create_logical_replication_slot",
