@@ -76,10 +76,30 @@ def _tuple(r):
                 raise DecodeError("negative value length %d" % length)
             values.append(r.take(length).decode("utf-8"))
         elif kind == "b":
-            raise DecodeError("binary tuple value in a text-mode stream")
+            # binary 'true': the type's send format. Kept apart from text (a str), so that a
+            # binary value where text belongs never compares equal to it.
+            length = r.i32()
+            if length < 0:
+                raise DecodeError("negative value length %d" % length)
+            values.append(Binary(r.take(length)))
         else:
             raise DecodeError("unknown tuple value kind %r" % kind)
     return values
+
+
+class Binary(bytes):
+    """A tuple value in binary format ('b')."""
+
+    def __repr__(self):
+        return "Binary(%s)" % bytes.__repr__(self)
+
+    def __eq__(self, other):
+        return isinstance(other, Binary) and bytes.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = bytes.__hash__
 
 
 class _Unchanged:

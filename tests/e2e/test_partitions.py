@@ -29,10 +29,10 @@ import threading
 import time
 
 import psycopg2
-from psycopg2.extras import LogicalReplicationConnection
 
 from e2e_support import CheckFailed, Env, expect, expect_eq, main, query_url, run_capture_modes, wait_until
 from pgoutput_decode import decode_message
+from pgoutput_diff import Stream, compared, first_difference, mark, native_view, replication, transactions
 
 LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 40\nmax_wal_senders = 40\n"
 SCHEMA = """
@@ -122,68 +122,6 @@ WORKLOAD = [
     "UPDATE m SET val = 'renamed too' WHERE id = 16",
 ]
 DONE = "partitions-done"
-PGRELAY_OWN_MESSAGES = ("pgrelay.capture.barrier", "pgrelay.publications.changed")
-
-
-def replication(url):
-    return psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
-
-
-def start_replication(url, slot, publication, wait=2.0):
-    """(the error START_REPLICATION got, or None; the pgoutput messages read meanwhile)."""
-    conn = replication(url)
-    messages = []
-    try:
-        cur = conn.cursor()
-        cur.create_replication_slot(slot, output_plugin="pgoutput")
-        try:
-            cur.start_replication(slot_name=slot, decode=False,
-                                  options={"proto_version": "1", "publication_names": publication})
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                msg = cur.read_message()
-                if msg is None:
-                    select.select([cur], [], [], 0.2)
-                else:
-                    messages.append(decode_message(msg.payload))
-        except psycopg2.Error as e:
-            return e, messages
-        return None, messages
-    finally:
-        conn.close()
-
-
-class Stream:
-    """One slot's pgoutput stream, with logical messages, read as far as asked."""
-
-    def __init__(self, url, slot, publication):
-        self.what = "%s on %s" % (slot, publication)
-        self.conn = replication(url)
-        self.cur = self.conn.cursor()
-        self.cur.start_replication(slot_name=slot, decode=False,
-                                   options={"proto_version": "1", "publication_names": publication,
-                                            "messages": "true"})
-        self.messages = []
-
-    def read_until(self, prefix, timeout=120):
-        """Reads through the transactional message `prefix`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = self.cur.read_message()
-            if msg is None:
-                select.select([self.cur], [], [], 0.2)
-                continue
-            m = decode_message(msg.payload)
-            self.messages.append(m)
-            if m["tag"] == "M" and m["prefix"] == prefix:
-                return self.messages
-        raise AssertionError("%s: no %r message in %d s (%d messages read)"
-                             % (self.what, prefix, timeout, len(self.messages)))
-
-    def close(self):
-        self.conn.close()
-
-
 def read_until_done(url, slot, publication, timeout=120):
     """Every pgoutput message of the slot, through the transactional message DONE."""
     stream = Stream(url, slot, publication)
@@ -191,91 +129,6 @@ def read_until_done(url, slot, publication, timeout=120):
         return stream.read_until(DONE, timeout)
     finally:
         stream.close()
-
-
-def in_force(messages):
-    """The messages with each data change carrying the Relation in force for its table instead
-    of its OID, and no Relation messages: the stream as a consumer applies it. When a Relation is
-    sent (again) is each sender's own choice; pgoutput repeats an unchanged one after any
-    invalidation of the table (a DETACH, say). This is the equivalence pgoutput_parity_test uses."""
-    relations, out = {}, []
-    for m in messages:
-        if m["tag"] == "R":
-            relations[m["oid"]] = {k: v for k, v in m.items() if k != "tag"}
-        elif m["tag"] in ("I", "U", "D"):
-            out.append(dict(m, relid=relations.get(m["relid"], "no Relation sent")))
-        elif m["tag"] == "T":
-            out.append(dict(m, relids=[relations.get(r, "no Relation sent") for r in m["relids"]]))
-        else:
-            out.append(m)
-    return out
-
-
-def native_view(theirs):
-    """A native slot's messages less pgrelay's own writes upstream, which no stream through
-    pgrelay carries (README): the changes of its bookkeeping tables (in FOR ALL TABLES), its
-    logical messages (native capture's barriers, the marks of publication changes), and the
-    transactions that leaves empty."""
-    own = {m["oid"] for m in theirs if m["tag"] == "R" and m["schema"] == "_pgrelay"}
-    theirs = [m for m in theirs if m.get("relid") not in own and m.get("oid") not in own
-              and not (m["tag"] == "M" and m["prefix"] in PGRELAY_OWN_MESSAGES)]
-    return [m for i, m in enumerate(theirs)
-            if not (m["tag"] == "B" and i + 1 < len(theirs) and theirs[i + 1]["tag"] == "C")
-            and not (m["tag"] == "C" and i > 0 and theirs[i - 1]["tag"] == "B")]
-
-
-def positionless(messages):
-    """in_force() less what trigger capture numbers itself (README): LSNs, xids and commit
-    times; transaction boundaries are kept."""
-    out = []
-    for m in in_force(messages):
-        if m["tag"] in ("B", "C"):
-            out.append({"tag": m["tag"]})
-        elif m["tag"] == "M":
-            out.append({k: v for k, v in m.items() if k != "lsn"})
-        else:
-            out.append(m)
-    return out
-
-
-def compared(mode, messages):
-    """(the changes alone, the whole stream) as a mode's streams are compared with a native slot's."""
-    whole = in_force(messages) if mode == "native" else positionless(messages)
-    return [m for m in whole if m["tag"] not in ("B", "C")], whole
-
-
-def transactions(whole):
-    """A compared stream as its transactions (Begin..Commit), sorted: trigger capture orders the
-    transactions one poll finds by their last write, which for concurrent ones that wrote no
-    common row can differ from the upstream's commit order (README)."""
-    out, current = [], []
-    for m in whole:
-        current.append(repr(m))
-        if m["tag"] == "C" or (m["tag"] == "M" and not m["transactional"]):
-            out.append("\n".join(current))
-            current = []
-    if current:
-        out.append("\n".join(current))
-    return sorted(out)
-
-
-def mark(mode, cur, prefix, content=""):
-    """A transactional logical message in pgrelay's stream and in the native slot's: native
-    capture decodes pg_logical_emit_message as the slot does; trigger capture sees only its own
-    emit_message (which consumers' calls through pgrelay go to), so in that mode the statement
-    makes both, each seen by one side."""
-    if mode == "native":
-        cur.execute("SELECT pg_logical_emit_message(true, %s, %s::text)", (prefix, content))
-    else:
-        cur.execute("SELECT _pgrelay.emit_message(true, %s::text, %s::text), "
-                    "pg_logical_emit_message(true, %s, %s::text)", (prefix, content, prefix, content))
-
-
-def first_difference(ours, theirs):
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        if a != b:
-            return "message %d: pgrelay %r, native %r" % (i, a, b)
-    return "pgrelay sent %d messages, native %d" % (len(ours), len(theirs))
 
 
 class Mode:

@@ -1,0 +1,145 @@
+# What the differential e2e tests share: slots read with psycopg2, and the rules comparing pgrelay's stream with a native slot's.
+"""Reading pgoutput streams and comparing pgrelay's with a native slot's on the same upstream.
+
+The rules are the narrow ones the README documents, each stated once here: a native slot also
+carries pgrelay's own writes upstream (native_view drops them), trigger capture numbers its own
+LSNs, xids and commit times (positionless), and when an unchanged Relation is sent again is each
+sender's choice (in_force).
+"""
+
+import select
+import time
+
+from psycopg2.extras import LogicalReplicationConnection
+import psycopg2
+
+from pgoutput_decode import decode_message
+
+PGRELAY_OWN_MESSAGES = ("pgrelay.capture.barrier", "pgrelay.publications.changed")
+
+
+def replication(url):
+    return psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
+
+
+class Stream:
+    """One slot's pgoutput stream, with logical messages, read as far as asked."""
+
+    def __init__(self, url, slot, publication, options=None):
+        self.what = "%s on %s" % (slot, publication)
+        self.conn = replication(url)
+        self.cur = self.conn.cursor()
+        opts = {"proto_version": "1", "publication_names": publication, "messages": "true"}
+        opts.update(options or {})
+        self.cur.start_replication(slot_name=slot, decode=False, options=opts)
+        self.messages = []
+
+    def read_until(self, prefix, timeout=120):
+        """Reads through the transactional message `prefix`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.cur.read_message()
+            if msg is None:
+                select.select([self.cur], [], [], 0.2)
+                continue
+            m = decode_message(msg.payload)
+            self.messages.append(m)
+            if m["tag"] == "M" and m["prefix"] == prefix:
+                return self.messages
+        raise AssertionError("%s: no %r message in %d s (%d messages read)"
+                             % (self.what, prefix, timeout, len(self.messages)))
+
+    def close(self):
+        self.conn.close()
+
+
+def in_force(messages):
+    """The messages with each data change carrying the Relation in force for its table instead
+    of its OID, and no Relation or Type messages: the stream as a consumer applies it. A
+    Relation carries the Types in force for its columns' types (a consumer keeps the Types it
+    was sent). When a Relation, and the Types before it, are sent (again) is each sender's own
+    choice; pgoutput repeats an unchanged one after any invalidation of the table (a DETACH, a
+    TRUNCATE, say). This is the equivalence pgoutput_parity_test uses."""
+    relations, types, out = {}, {}, []
+    for m in messages:
+        if m["tag"] == "Y":
+            types[m["oid"]] = (m["schema"], m["name"])
+        elif m["tag"] == "R":
+            relation = {k: v for k, v in m.items() if k != "tag"}
+            relation["types"] = {c["type"]: types[c["type"]] for c in m["columns"] if c["type"] in types}
+            relations[m["oid"]] = relation
+        elif m["tag"] in ("I", "U", "D"):
+            out.append(dict(m, relid=relations.get(m["relid"], "no Relation sent")))
+        elif m["tag"] == "T":
+            out.append(dict(m, relids=[relations.get(r, "no Relation sent") for r in m["relids"]]))
+        else:
+            out.append(m)
+    return out
+
+
+def native_view(theirs):
+    """A native slot's messages less pgrelay's own writes upstream, which no stream through
+    pgrelay carries (README): the changes of its bookkeeping tables (in FOR ALL TABLES), its
+    logical messages (native capture's barriers, the marks of publication changes), and the
+    transactions that leaves empty."""
+    own = {m["oid"] for m in theirs if m["tag"] == "R" and m["schema"] == "_pgrelay"}
+    theirs = [m for m in theirs if m.get("relid") not in own and m.get("oid") not in own
+              and not (m["tag"] == "M" and m["prefix"] in PGRELAY_OWN_MESSAGES)]
+    return [m for i, m in enumerate(theirs)
+            if not (m["tag"] == "B" and i + 1 < len(theirs) and theirs[i + 1]["tag"] == "C")
+            and not (m["tag"] == "C" and i > 0 and theirs[i - 1]["tag"] == "B")]
+
+
+def positionless(messages):
+    """in_force() less what trigger capture numbers itself (README): LSNs, xids and commit
+    times; transaction boundaries are kept."""
+    out = []
+    for m in in_force(messages):
+        if m["tag"] in ("B", "C"):
+            out.append({"tag": m["tag"]})
+        elif m["tag"] == "M":
+            out.append({k: v for k, v in m.items() if k != "lsn"})
+        else:
+            out.append(m)
+    return out
+
+
+def compared(mode, messages):
+    """(the changes alone, the whole stream) as a mode's streams are compared with a native slot's."""
+    whole = in_force(messages) if mode == "native" else positionless(messages)
+    return [m for m in whole if m["tag"] not in ("B", "C")], whole
+
+
+def transactions(whole):
+    """A compared stream as its transactions (Begin..Commit), sorted: trigger capture orders the
+    transactions one poll finds by their last write, which for concurrent ones that wrote no
+    common row can differ from the upstream's commit order (README)."""
+    out, current = [], []
+    for m in whole:
+        current.append(repr(m))
+        if m["tag"] == "C" or (m["tag"] == "M" and not m["transactional"]):
+            out.append("\n".join(current))
+            current = []
+    if current:
+        out.append("\n".join(current))
+    return sorted(out)
+
+
+def mark(mode, cur, prefix, content="", transactional=True):
+    """A logical message in pgrelay's stream and in the native slot's: native capture decodes
+    pg_logical_emit_message as the slot does; trigger capture sees only its own emit_message
+    (which consumers' calls through pgrelay go to), so in that mode the statement makes both,
+    each seen by one side."""
+    if mode == "native":
+        cur.execute("SELECT pg_logical_emit_message(%s, %s, %s::text)", (transactional, prefix, content))
+    else:
+        cur.execute("SELECT _pgrelay.emit_message(%s, %s::text, %s::text), "
+                    "pg_logical_emit_message(%s, %s, %s::text)",
+                    (transactional, prefix, content, transactional, prefix, content))
+
+
+def first_difference(ours, theirs):
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return "message %d: pgrelay %r, native %r" % (i, a, b)
+    return "pgrelay sent %d messages, native %d" % (len(ours), len(theirs))
