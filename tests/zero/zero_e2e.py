@@ -439,6 +439,11 @@ class ZeroCache:
             "ZERO_ADMIN_PASSWORD": "pgrelay-zero-e2e",
             "ZERO_ENABLE_TELEMETRY": "false",
             "ZERO_NUM_SYNC_WORKERS": "1",
+            # zero-cache 1.9.0 draws a random task id when none is given and hands it to its
+            # workers as `--task-id ID`; one that starts with '-' (1 in 64) is read there as a
+            # flag ("Expected string at taskID. Got true") and zero-cache exits. A fixed id
+            # keeps that zero-cache bug out of these checks.
+            "ZERO_TASK_ID": "pgrelay-zero-e2e",
             "ZERO_UPSTREAM_MAX_CONNS": "4",
             "ZERO_CVR_MAX_CONNS": "4",
             "ZERO_LOG_LEVEL": "info",
