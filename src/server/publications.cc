@@ -538,7 +538,18 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
     as->truncate = own.as == oid && (own.operations & log::kOpTruncate) != 0;
   }
 
+  // The ancestor's rule for the publications publishing its partitions so, built once for all
+  // of them: a row filter costs upstream queries (its layout, the database's collation).
+  std::map<std::pair<pgoutput::Oid, std::vector<const Pub*>>, log::TableRule> ancestor_rules;
   for (const auto& [leaf, how] : moved) {
+    auto known = ancestor_rules.find({how.as, how.pubs});
+    if (known != ancestor_rules.end()) {
+      log::TableRule rule = known->second;
+      rule.operations = how.operations;
+      out.tables[leaf->oid] = std::move(rule);
+      out.names[{leaf->schema, leaf->table}] = leaf->oid;
+      continue;
+    }
     const TreeNode& ancestor = nodes.at(how.as);
     // The pg_publication_tables row of the ancestor for each publication publishing it so
     // (absent only if the catalog changed between the two reads: then no filter, no list).
@@ -566,8 +577,9 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
     }
     auto rule = table_rule(conn, how.as, rel_pubs, database);
     if (!rule.ok()) return rule.error();
-    rule->operations = how.operations;
     rule->publish_as = ancestors.at(how.as);
+    ancestor_rules.emplace(std::make_pair(how.as, how.pubs), *rule);
+    rule->operations = how.operations;
     out.tables[leaf->oid] = std::move(*rule);
     out.names[{leaf->schema, leaf->table}] = leaf->oid;
   }
