@@ -256,19 +256,9 @@ Status ChangeLog::create_fresh() {
   manifest_.system_id = make_system_id();
   manifest_.next_seq = 1;
   system_id_ = manifest_.system_id;
-  active_ = std::make_unique<ActiveSegment>();
-  active_->seq = manifest_.next_seq++;
-  active_->path = segment_path(active_->seq);
-  auto file = open_file(active_->path, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (!file.ok()) return file.error();
-  active_->file = std::move(*file);
-  ByteWriter header;
-  encode_segment_header(active_->seq, header);
-  PGRELAY_TRY(write_all(active_->file.get(), header.bytes(), active_->path));
-  PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
-  active_->size = kSegmentHeaderSize;
-  active_->info.seq = active_->seq;
-  active_->info.bytes = kSegmentHeaderSize;
+  auto first = create_segment(manifest_.next_seq++);
+  if (!first.ok()) return first.error();
+  active_ = std::move(*first);
   manifest_.segments.push_back(active_->info);
   PGRELAY_TRY(write_manifest_locked());
   written_ = synced_ = visible_ = Position{active_->seq, kSegmentHeaderSize};
@@ -394,6 +384,26 @@ Status ChangeLog::validate_batch_locked(std::span<const PendingEntry> batch) con
   return {};
 }
 
+Result<std::unique_ptr<ChangeLog::ActiveSegment>> ChangeLog::create_segment(std::uint64_t seq,
+                                                                            bool sync) const {
+  auto seg = std::make_unique<ActiveSegment>();
+  seg->seq = seq;
+  seg->path = segment_path(seq);
+  // A file of this number can only be a leftover of an append that a crash or an error cut
+  // short before the manifest named it.
+  auto file = open_file(seg->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (!file.ok()) return file.take_error();
+  seg->file = std::move(*file);
+  ByteWriter header;
+  encode_segment_header(seq, header);
+  PGRELAY_TRY(write_all(seg->file.get(), header.bytes(), seg->path));
+  if (sync) PGRELAY_TRY(sync_file(seg->file.get(), seg->path));
+  seg->size = kSegmentHeaderSize;
+  seg->info.seq = seq;
+  seg->info.bytes = kSegmentHeaderSize;
+  return seg;
+}
+
 Status ChangeLog::roll_segment() {
   if (options_.sync != SyncPolicy::kNone) {
     PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
@@ -406,29 +416,18 @@ Status ChangeLog::roll_segment() {
   active_->info.bytes = active_->size;
   std::vector<IndexPoint> old_index = std::move(active_->index);
 
-  auto next = std::make_unique<ActiveSegment>();
-  next->seq = manifest_.next_seq;
-  next->path = segment_path(next->seq);
-  auto file = open_file(next->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  if (!file.ok()) return file.error();
-  next->file = std::move(*file);
-  ByteWriter header;
-  encode_segment_header(next->seq, header);
-  PGRELAY_TRY(write_all(next->file.get(), header.bytes(), next->path));
-  PGRELAY_TRY(sync_file(next->file.get(), next->path));
+  auto next = create_segment(manifest_.next_seq);
+  if (!next.ok()) return next.error();
   PGRELAY_TRY(sync_directory(options_.dir));
-  next->size = kSegmentHeaderSize;
-  next->info.seq = next->seq;
-  next->info.bytes = kSegmentHeaderSize;
 
   // The manifest switch makes the roll official; before it, recovery deletes the new file.
   Manifest updated = manifest_;
   updated.segments.back() = active_->info;
-  updated.segments.push_back(next->info);
-  updated.next_seq = next->seq + 1;
+  updated.segments.push_back((*next)->info);
+  updated.next_seq = (*next)->seq + 1;
   PGRELAY_TRY(write_file_atomically(options_.dir, kManifestName, serialize_manifest(updated)));
   manifest_ = std::move(updated);
-  active_ = std::move(next);
+  active_ = std::move(*next);
   written_ = synced_ = Position{active_->seq, kSegmentHeaderSize};
   publish_locked(written_);
   // The index speeds up seeks; a missing index file is rebuilt by scanning.
@@ -442,8 +441,8 @@ Status ChangeLog::roll_segment() {
     meta.commit_lsn = last_commit_lsn_;
     meta.end_lsn = last_end_lsn_;  // lets recovery of this segment know the end of the log
     PendingEntry entry{meta, checkpoint};
-    std::uint64_t end = 0;
-    PGRELAY_TRY(write_batch_locked(std::span<const PendingEntry>(&entry, 1), &end));
+    PGRELAY_TRY(write_batch_locked(*active_, std::span<const PendingEntry>(&entry, 1)));
+    written_ = Position{active_->seq, active_->size};
     if (options_.sync != SyncPolicy::kNone) {
       PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
       ++counters_.fsyncs;
@@ -454,13 +453,12 @@ Status ChangeLog::roll_segment() {
   return {};
 }
 
-Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch,
-                                     std::uint64_t* end_offset) {
-  std::uint64_t batch_start = active_->size;
+Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch) {
+  std::uint64_t batch_start = seg.size;
   ByteWriter buf;
   std::uint64_t flushed = 0;
   auto flush = [&]() -> Status {
-    Status st = write_all(active_->file.get(), buf.bytes(), active_->path);
+    Status st = write_all(seg.file.get(), buf.bytes(), seg.path);
     flushed += buf.size();
     buf = ByteWriter();
     return st;
@@ -517,17 +515,34 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch,
   if (!status.ok()) {
     // Take back whatever part of the batch reached the file, so that the log stays appendable
     // (for example once disk space is freed) and never holds a half batch.
-    if (::ftruncate(active_->file.get(), static_cast<off_t>(batch_start)) != 0 ||
-        ::lseek(active_->file.get(), static_cast<off_t>(batch_start), SEEK_SET) < 0) {
-      failed_ = io_error("truncate a failed write of", active_->path, errno);
+    if (::ftruncate(seg.file.get(), static_cast<off_t>(batch_start)) != 0 ||
+        ::lseek(seg.file.get(), static_cast<off_t>(batch_start), SEEK_SET) < 0) {
+      failed_ = io_error("truncate a failed write of", seg.path, errno);
     }
     return status;
   }
-  active_->size = batch_start + flushed;
-  written_ = Position{active_->seq, active_->size};
-  *end_offset = active_->size;
-
+  seg.size = batch_start + flushed;
   bool indexed = false;
+  for (const auto& e : batch) {
+    if (e.meta.kind == EntryKind::kCheckpoint) continue;
+    if (!indexed &&
+        (seg.index.empty() || batch_start - seg.index.back().offset >= options_.index_interval)) {
+      seg.index.push_back(IndexPoint{e.meta.commit_lsn, e.meta.commit_time, batch_start});
+    }
+    indexed = true;
+    if (!seg.info.first_lsn.is_valid()) {
+      seg.info.first_lsn = e.meta.commit_lsn;
+      seg.info.first_time = e.meta.commit_time;
+    }
+    seg.info.last_lsn = e.meta.commit_lsn;
+    seg.info.last_time = e.meta.commit_time;
+  }
+  seg.info.bytes = seg.size;
+  counters_.bytes_appended += flushed;
+  return {};
+}
+
+void ChangeLog::note_batch_locked(std::span<const PendingEntry> batch) {
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) {
       if (e.source == nullptr) {
@@ -538,24 +553,190 @@ Status ChangeLog::write_batch_locked(std::span<const PendingEntry> batch,
       }
       continue;
     }
-    if (!indexed && (active_->index.empty() ||
-                     batch_start - active_->index.back().offset >= options_.index_interval)) {
-      active_->index.push_back(IndexPoint{e.meta.commit_lsn, e.meta.commit_time, batch_start});
-    }
-    indexed = true;
-    if (!active_->info.first_lsn.is_valid()) {
-      active_->info.first_lsn = e.meta.commit_lsn;
-      active_->info.first_time = e.meta.commit_time;
-    }
-    active_->info.last_lsn = e.meta.commit_lsn;
-    active_->info.last_time = e.meta.commit_time;
     last_commit_lsn_ = e.meta.commit_lsn;
     last_end_lsn_ = std::max(e.meta.end_lsn, e.meta.commit_lsn);
     ++counters_.entries_appended;
   }
-  active_->info.bytes = active_->size;
-  counters_.bytes_appended += flushed;
   ++counters_.batches_appended;
+}
+
+bool ChangeLog::linkable(const PendingEntry& entry) const {
+  if (entry.source == nullptr || entry.meta.kind == EntryKind::kCheckpoint) return false;
+  auto image = entry.source->segment_image();
+  if (!image) return false;
+  ByteWriter meta;
+  encode_entry_meta(entry.meta, meta);
+  // The room left for the metadata depends only on the origin name, known when the spill
+  // started; a transaction whose origin came later is copied.
+  return meta.size() == image->meta_size;
+}
+
+Result<bool> ChangeLog::link_segment(const PendingEntry& entry, ActiveSegment& seg) const {
+  const SegmentImage image = *entry.source->segment_image();
+  seg.path = segment_path(seg.seq);
+  ByteWriter header;
+  encode_segment_header(seg.seq, header);
+  ByteWriter meta;
+  encode_entry_meta(entry.meta, meta);
+  const bool whole = image.data_size == 0;
+  ByteWriter first;
+  append_record(whole ? RecordType::kFull : RecordType::kFirst, whole ? kEndOfBatch : 0,
+                meta.bytes(), first);
+  PGRELAY_TRY(pwrite_all(image.fd, 0, header.bytes(), seg.path));
+  PGRELAY_TRY(pwrite_all(image.fd, kSegmentHeaderSize, first.bytes(), seg.path));
+  // Most of the file is on disk already: its writer started writeback as it went.
+  if (options_.sync != SyncPolicy::kNone) PGRELAY_TRY(sync_file(image.fd, seg.path));
+  // An unnamed temporary file gets its name through /proc (linkat with AT_EMPTY_PATH would
+  // need CAP_DAC_READ_SEARCH).
+  const std::string proc = "/proc/self/fd/" + std::to_string(image.fd);
+  auto link = [&] {
+    return ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, seg.path.c_str(), AT_SYMLINK_FOLLOW) == 0;
+  };
+  // A file of this number is a leftover of an append cut short before the manifest named it.
+  bool linked = link() || (errno == EEXIST && ::unlink(seg.path.c_str()) == 0 && link());
+  if (!linked) {
+    if (errno == EXDEV || errno == ENOENT || errno == EPERM || errno == EACCES ||
+        errno == ENOTSUP) {
+      return false;
+    }
+    return io_error("link a spilled transaction into the log as", seg.path, errno);
+  }
+  seg.size = image.file_size;
+  seg.info.seq = seg.seq;
+  seg.info.sealed = true;
+  seg.info.first_lsn = seg.info.last_lsn = entry.meta.commit_lsn;
+  seg.info.first_time = seg.info.last_time = entry.meta.commit_time;
+  seg.info.bytes = image.file_size;
+  seg.index.push_back(
+      IndexPoint{entry.meta.commit_lsn, entry.meta.commit_time, kSegmentHeaderSize});
+  return true;
+}
+
+Status ChangeLog::append_linking_locked(std::span<const PendingEntry> batch) {
+  const bool syncing = options_.sync != SyncPolicy::kNone;
+  // The segments this batch makes, in order; the last one becomes the active segment. Until
+  // the manifest names them, recovery deletes them (their numbers are >= its next_seq).
+  std::vector<std::unique_ptr<ActiveSegment>> made;
+  std::uint64_t next_seq = manifest_.next_seq;
+  std::uint64_t fsyncs = 0;
+  std::vector<PendingEntry> run;  // entries to copy, since the last linked one
+
+  auto write_run = [&](bool last) -> Status {
+    if (run.empty() && !last) return {};
+    auto seg = create_segment(next_seq++, /*sync=*/false);
+    if (!seg.ok()) return seg.error();
+    made.push_back(std::move(*seg));
+    if (!run.empty()) PGRELAY_TRY(write_batch_locked(*made.back(), run));
+    if (syncing) {
+      PGRELAY_TRY(sync_file(made.back()->file.get(), made.back()->path));
+      ++fsyncs;
+    }
+    run.clear();
+    return {};
+  };
+
+  Bytes carried;  // the latest checkpoint, when the new active segment would lack it
+  Status status = [&]() -> Status {
+    // The active segment is sealed by the manifest below, which then vouches for its bytes.
+    if (syncing) {
+      PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+      ++fsyncs;
+    }
+    Lsn last_commit = last_commit_lsn_;
+    Lsn last_end = last_end_lsn_;
+    for (const PendingEntry& e : batch) {
+      if (e.meta.kind != EntryKind::kCheckpoint) {
+        last_commit = e.meta.commit_lsn;
+        last_end = std::max(e.meta.end_lsn, e.meta.commit_lsn);
+      }
+      if (linkable(e)) {
+        PGRELAY_TRY(write_run(false));
+        auto seg = std::make_unique<ActiveSegment>();
+        seg->seq = next_seq;
+        auto linked = link_segment(e, *seg);
+        if (!linked.ok()) return linked.error();
+        if (*linked) {
+          ++next_seq;
+          made.push_back(std::move(seg));
+          continue;
+        }
+      }
+      run.push_back(e);
+    }
+    // Recovery scans only the active segment, so it must hold the latest checkpoint (with the
+    // end of the log as its end LSN).
+    const bool run_has_checkpoint = std::any_of(run.begin(), run.end(), [](const PendingEntry& e) {
+      return e.meta.kind == EntryKind::kCheckpoint;
+    });
+    if (!run_has_checkpoint) {
+      std::optional<ByteView> checkpoint;
+      if (last_checkpoint_) checkpoint = ByteView(*last_checkpoint_);
+      const PendingEntry* in_batch = nullptr;
+      for (const PendingEntry& e : batch) {
+        if (e.meta.kind == EntryKind::kCheckpoint) in_batch = &e;
+      }
+      if (in_batch != nullptr) {
+        carried.resize(in_batch->data_size());
+        if (in_batch->source == nullptr) {
+          std::copy(in_batch->data.begin(), in_batch->data.end(), carried.begin());
+        } else {
+          PGRELAY_TRY(in_batch->source->read(0, carried));
+        }
+        checkpoint = ByteView(carried);
+      }
+      if (checkpoint) {
+        EntryMeta meta;
+        meta.kind = EntryKind::kCheckpoint;
+        meta.commit_lsn = last_commit;
+        meta.end_lsn = last_end;
+        run.push_back(PendingEntry{meta, *checkpoint, nullptr});
+      }
+    }
+    PGRELAY_TRY(write_run(true));
+    if (syncing) PGRELAY_TRY(sync_directory(options_.dir));
+    return {};
+  }();
+  if (!status.ok()) {
+    for (const auto& seg : made) {
+      ::unlink(seg->path.c_str());
+      ::unlink((options_.dir + "/" + index_file_name(seg->seq)).c_str());
+    }
+    return status;
+  }
+
+  Manifest updated = manifest_;
+  active_->info.sealed = true;
+  active_->info.bytes = active_->size;
+  updated.segments.back() = active_->info;
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    made[i]->info.sealed = i + 1 < made.size();
+    made[i]->info.bytes = made[i]->size;
+    updated.segments.push_back(made[i]->info);
+  }
+  updated.next_seq = next_seq;
+  if (Status written =
+          write_file_atomically(options_.dir, kManifestName, serialize_manifest(updated));
+      !written.ok()) {
+    // Whether the new manifest reached the disk is unknown: only recovery can tell.
+    failed_ = written.error();
+    return written;
+  }
+  // Sealed segments get their index, as a roll writes it (rebuilding the index of a linked
+  // segment would scan the whole file).
+  (void)write_file_atomically(options_.dir, index_file_name(active_->seq),
+                              serialize_index(active_->index));
+  for (std::size_t i = 0; i + 1 < made.size(); ++i) {
+    (void)write_file_atomically(options_.dir, index_file_name(made[i]->seq),
+                                serialize_index(made[i]->index));
+  }
+  manifest_ = std::move(updated);
+  active_ = std::move(made.back());
+  note_batch_locked(batch);
+  counters_.fsyncs += fsyncs;
+  written_ = Position{active_->seq, active_->size};
+  mark_synced_locked();
+  publish_locked(written_);
+  synced_cv_.notify_all();
   return {};
 }
 
@@ -627,6 +808,9 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
                                 std::unique_lock<std::mutex>& lock, bool wait_durable) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
+  if (std::any_of(batch.begin(), batch.end(), [&](const PendingEntry& e) { return linkable(e); })) {
+    return append_linking_locked(batch);
+  }
   std::uint64_t estimate = 0;
   for (const auto& e : batch) estimate += e.data_size() + 64 + e.meta.origin.size();
   if (active_->size > kSegmentHeaderSize && active_->size + estimate > options_.segment_size) {
@@ -636,9 +820,10 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
       return rolled;
     }
   }
-  std::uint64_t end = 0;
-  PGRELAY_TRY(write_batch_locked(batch, &end));
-  Position mine{active_->seq, end};
+  PGRELAY_TRY(write_batch_locked(*active_, batch));
+  note_batch_locked(batch);
+  written_ = Position{active_->seq, active_->size};
+  Position mine = written_;
   switch (options_.sync) {
     case SyncPolicy::kNone:
       publish_locked(mine);

@@ -59,6 +59,15 @@ struct LogOptions {
   bool read_only = false;
 };
 
+// Entry data already laid out in a file as a segment holding that entry alone (a spill file,
+// see spill_file.h), with the segment header and the FIRST record left for the log to write.
+struct SegmentImage {
+  int fd = -1;  // the file, open for reading and writing, unnamed
+  std::uint64_t file_size = 0;
+  std::size_t meta_size = 0;  // the encoded metadata its FIRST record has room for
+  std::uint64_t data_size = 0;
+};
+
 // Entry data too large to hold in memory (a spilled transaction): read piece by piece.
 class DataSource {
  public:
@@ -66,6 +75,10 @@ class DataSource {
   virtual std::uint64_t size() const = 0;
   // Fills `out` with the bytes at `offset`; offset + out.size() <= size().
   virtual Status read(std::uint64_t offset, std::span<std::uint8_t> out) const = 0;
+  // When set, the log may take the file as a segment of its own instead of copying the data:
+  // it writes the segment header and the FIRST record into the hole left for them and links
+  // the file into the log directory.
+  virtual std::optional<SegmentImage> segment_image() const { return std::nullopt; }
 };
 
 // One entry handed to append(): its metadata and its data, in memory or from a source.
@@ -184,7 +197,21 @@ class ChangeLog {
                        bool wait_durable = true);
   // After an fdatasync that covered everything written: synced_ and durable_end_lsn_ catch up.
   void mark_synced_locked();
-  Status write_batch_locked(std::span<const PendingEntry> batch, std::uint64_t* end_offset);
+  // Writes the batch's records at the end of `seg` and notes them in its info and index.
+  Status write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch);
+  // After a batch was appended: the log's newest LSNs, its checkpoint, its counters.
+  void note_batch_locked(std::span<const PendingEntry> batch);
+  // A new segment file `seq` holding only its header (durable if `sync`).
+  Result<std::unique_ptr<ActiveSegment>> create_segment(std::uint64_t seq, bool sync = true) const;
+  // Whether the entry's data is a spill file the log can link in as a segment of its own.
+  bool linkable(const PendingEntry& entry) const;
+  // Writes the segment header and FIRST record into the entry's spill file, makes it durable
+  // and links it into the directory as segment `seg.seq`, filling in `seg`. False when the
+  // file cannot be linked here (another file system, no /proc): the entry is then copied.
+  Result<bool> link_segment(const PendingEntry& entry, ActiveSegment& seg) const;
+  // append() for a batch with linkable entries: each becomes a segment of its own, the other
+  // entries go into new segments between them, and one manifest switch makes it all durable.
+  Status append_linking_locked(std::span<const PendingEntry> batch);
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
   Status wait_synced(Position target, std::unique_lock<std::mutex>& lock);
   void sync_once_locked(std::unique_lock<std::mutex>& lock);

@@ -67,6 +67,20 @@ Status write_all(int fd, ByteView data, const std::string& path) {
   return {};
 }
 
+Status pwrite_all(int fd, std::uint64_t offset, ByteView data, const std::string& path) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return io_error("write to file", path, errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
 Status pread_all(int fd, std::uint64_t offset, std::uint8_t* out, std::size_t n,
                  const std::string& path) {
   std::size_t done = 0;

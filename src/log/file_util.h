@@ -37,6 +37,7 @@ Error io_error(const std::string& what, const std::string& path, int err);
 
 Result<FileHandle> open_file(const std::string& path, int flags, int mode = 0644);
 Status write_all(int fd, ByteView data, const std::string& path);
+Status pwrite_all(int fd, std::uint64_t offset, ByteView data, const std::string& path);
 Status pread_all(int fd, std::uint64_t offset, std::uint8_t* out, std::size_t n,
                  const std::string& path);
 Status sync_file(int fd, const std::string& path);

@@ -1,11 +1,6 @@
-// Assembles transactions with their schema records; moves large ones to unlinked spill files.
+// Assembles transactions with their schema records; moves large ones to spill files.
 #include "log/transaction_builder.h"
 
-#include <fcntl.h>
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <limits>
 #include <vector>
 
@@ -62,19 +57,6 @@ std::uint64_t SchemaCatalog::type_version(pgoutput::Oid oid) const {
   return it == types_.end() ? 0 : it->second.version;
 }
 
-// --- SpillFile ---
-
-Status SpillFile::read(std::uint64_t offset, std::span<std::uint8_t> out) const {
-  if (offset > size_ || out.size() > size_ - offset) {
-    return Error::make(sqlstate::kInternalError, "read past the end of spill file \"" + name_ +
-                                                     "\": offset " + std::to_string(offset) + ", " +
-                                                     std::to_string(out.size()) + " bytes, size " +
-                                                     std::to_string(size_));
-  }
-  if (out.empty()) return {};
-  return pread_all(file_.get(), offset, out.data(), out.size(), name_);
-}
-
 // --- TransactionBuilder ---
 
 TransactionBuilder::TransactionBuilder(const SchemaCatalog& catalog, BuilderOptions options)
@@ -86,8 +68,7 @@ void TransactionBuilder::reset() {
   open_ = false;
   failed_.reset();
   out_ = ByteWriter();
-  spill_ = FileHandle();
-  spill_name_.clear();
+  spill_.reset();
   size_ = 0;
   count_ = 0;
   sent_relations_.clear();
@@ -108,6 +89,11 @@ Status TransactionBuilder::begin(const TransactionHeader& header) {
   open_ = true;
   header_ = header;
   return {};
+}
+
+void TransactionBuilder::set_origin(std::string name, Lsn origin_lsn) {
+  header_.origin = std::move(name);
+  header_.origin_lsn = origin_lsn;
 }
 
 Status TransactionBuilder::add(Lsn lsn, ChangeMessage message) {
@@ -205,23 +191,12 @@ Status TransactionBuilder::start_spill() {
                            std::to_string(options_.spill_threshold) +
                            " bytes, but no spill directory is configured"));
   }
-  if (Status made = ensure_directory(dir); !made.ok()) return failure(made.error());
-  const std::string label = dir + "/xid-" + std::to_string(header_.xid) + ".spill";
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    spill_ = FileHandle(fd);
-    spill_name_ = label + " (unnamed temporary file)";
-  } else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
-    // File systems without O_TMPFILE: a named file, unlinked at once.
-    std::string path = label + ".XXXXXX";
-    fd = ::mkostemp(path.data(), O_CLOEXEC);
-    if (fd < 0) return failure(io_error("create spill file", path, errno));
-    spill_ = FileHandle(fd);
-    if (::unlink(path.c_str()) != 0) return failure(io_error("unlink spill file", path, errno));
-    spill_name_ = path + " (unlinked)";
-  } else {
-    return failure(io_error("create spill file", label, errno));
-  }
+  ByteWriter meta;
+  encode_entry_meta(entry_meta(EntryKind::kTransaction, header_, 0), meta);
+  auto writer =
+      SpillWriter::create(dir, "xid-" + std::to_string(header_.xid) + ".spill", meta.size());
+  if (!writer.ok()) return failure(writer.error());
+  spill_.emplace(std::move(*writer));
   PGRELAY_TRY(flush_spill());
   // The in-memory buffer grew to the threshold; give it back.
   out_ = ByteWriter();
@@ -229,9 +204,7 @@ Status TransactionBuilder::start_spill() {
 }
 
 Status TransactionBuilder::flush_spill() {
-  if (Status st = write_all(spill_.get(), out_.bytes(), spill_name_); !st.ok()) {
-    return failure(st.error());
-  }
+  if (Status st = spill_->write(out_.bytes()); !st.ok()) return failure(st.error());
   Bytes buf = std::move(out_).take();
   buf.clear();
   // One huge change may have grown the buffer far beyond its usual size.
@@ -247,7 +220,12 @@ Result<BuiltEntry> TransactionBuilder::finish() {
   entry.meta = entry_meta(EntryKind::kTransaction, header_, count_);
   if (spilled()) {
     PGRELAY_TRY(flush_spill());
-    entry.spill = std::make_unique<SpillFile>(std::move(spill_), spill_name_, size_);
+    auto file = spill_->finish();
+    if (!file.ok()) {
+      (void)failure(file.error());
+      return file.error();
+    }
+    entry.spill = std::move(*file);
   } else {
     entry.data = std::move(out_).take();
   }
@@ -268,10 +246,7 @@ Status TransactionBuilder::rewind(const Mark& mark) {
   } else {
     // The point is in the spill file: cut the file there and write on from it.
     out_.truncate(0);
-    if (::ftruncate(spill_.get(), static_cast<off_t>(mark.size)) != 0 ||
-        ::lseek(spill_.get(), static_cast<off_t>(mark.size), SEEK_SET) < 0) {
-      return failure(io_error("truncate spill file", spill_name_, errno));
-    }
+    if (Status st = spill_->rewind(mark.size); !st.ok()) return failure(st.error());
   }
   size_ = mark.size;
   count_ = mark.count;

@@ -11,6 +11,7 @@
 #include "base/result.h"
 #include "log/change_log.h"
 #include "log/file_util.h"
+#include "log/spill_file.h"
 #include "log/transaction.h"
 
 namespace pgrelay::log {
@@ -39,23 +40,6 @@ class SchemaCatalog {
   std::unordered_map<pgoutput::Oid, Versioned<pgoutput::Relation>> relations_;
   std::unordered_map<pgoutput::Oid, Versioned<pgoutput::Type>> types_;
   std::uint64_t next_version_ = 1;
-};
-
-// A spilled transaction's data: a temporary file without a name (or unlinked right after it
-// was created), so its space is given back when this object is destroyed, even after a crash.
-class SpillFile final : public DataSource {
- public:
-  SpillFile(FileHandle file, std::string name, std::uint64_t size)
-      : file_(std::move(file)), name_(std::move(name)), size_(size) {}
-  std::uint64_t size() const override { return size_; }
-  Status read(std::uint64_t offset, std::span<std::uint8_t> out) const override;
-  // The name errors use: the directory and the transaction it was made for.
-  const std::string& name() const { return name_; }
-
- private:
-  FileHandle file_;
-  std::string name_;
-  std::uint64_t size_;
 };
 
 // A finished entry: its metadata and its data, in memory or in a spill file.
@@ -91,6 +75,10 @@ class TransactionBuilder {
   TransactionBuilder& operator=(const TransactionBuilder&) = delete;
 
   Status begin(const TransactionHeader& header);
+  // The open transaction's replication origin, when it arrives after begin() (pgoutput's
+  // Origin message follows Begin). Set before the transaction spills, it lets the log take the
+  // spill file as it is.
+  void set_origin(std::string name, Lsn origin_lsn);
   // One data change: Insert, Update, Delete, Truncate or a transactional LogicalMessage (at
   // `lsn`). Relation and Type records come from the catalog and are refused here. After an
   // error the transaction is lost: abort() it (begin() also starts over).
@@ -115,7 +103,7 @@ class TransactionBuilder {
   Status rewind(const Mark& mark);
 
   bool in_transaction() const { return open_; }
-  bool spilled() const { return spill_.valid(); }
+  bool spilled() const { return spill_.has_value(); }
   // Encoded bytes of the open transaction so far.
   std::uint64_t encoded_size() const { return size_; }
   std::uint32_t change_count() const { return count_; }
@@ -134,8 +122,7 @@ class TransactionBuilder {
   std::optional<Error> failed_;
   TransactionHeader header_;
   ByteWriter out_;  // the whole data before spilling, the unwritten tail after
-  FileHandle spill_;
-  std::string spill_name_;
+  std::optional<SpillWriter> spill_;
   std::uint64_t size_ = 0;
   std::uint32_t count_ = 0;
   // Catalog versions already written into this transaction.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -25,7 +26,8 @@ struct TrialResult {
 
 // Runs the writer until `run_for` has passed, then kill -9s it; returns the last acknowledged
 // transaction it reported.
-TrialResult run_and_kill(const std::string& dir, const char* policy, std::chrono::microseconds run_for) {
+TrialResult run_and_kill(const std::string& dir, const char* policy,
+                         std::chrono::microseconds run_for, bool spill) {
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   pid_t pid = ::fork();
@@ -34,7 +36,7 @@ TrialResult run_and_kill(const std::string& dir, const char* policy, std::chrono
     ::close(fds[0]);
     ::close(fds[1]);
     ::execl(PGRELAY_CRASH_WRITER, PGRELAY_CRASH_WRITER, dir.c_str(), policy, "262144",
-            static_cast<char*>(nullptr));
+            spill ? "spill" : static_cast<char*>(nullptr), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(fds[1]);
@@ -77,7 +79,10 @@ TrialResult run_and_kill(const std::string& dir, const char* policy, std::chrono
 }
 
 // Reopens the log and checks it holds exactly transactions 1..M, M >= last_ack, each intact.
-std::uint64_t verify(const std::string& dir, std::uint64_t last_ack) {
+// With spill files, every batch ended with a checkpoint naming its last transaction: the
+// recovered checkpoint must name M.
+std::uint64_t verify(const std::string& dir, std::uint64_t last_ack, bool spill,
+                     std::uint64_t* linked = nullptr) {
   LogOptions o;
   o.dir = dir;
   o.sync = SyncPolicy::kNone;
@@ -101,19 +106,39 @@ std::uint64_t verify(const std::string& dir, std::uint64_t last_ack) {
   }
   std::uint64_t present = expected - 1;
   EXPECT_GE(present, last_ack) << "an acknowledged transaction was lost";
+  if (linked != nullptr) {
+    // Segments holding one large transaction alone: the spill files linked in.
+    *linked = 0;
+    for (const SegmentInfo& seg : (*log)->segments()) {
+      const std::uint64_t n = seg.first_lsn.value() / 1000;
+      if (seg.sealed && seg.first_lsn.is_valid() && seg.first_lsn == seg.last_lsn &&
+          crash::payload(n).size() >= 65536) {
+        ++*linked;
+      }
+    }
+  }
+  if (spill && present > 0) {
+    auto checkpoint = (*log)->last_checkpoint();
+    EXPECT_TRUE(checkpoint.has_value());
+    if (checkpoint) {
+      EXPECT_EQ(std::string(as_chars(*checkpoint)), std::to_string(present))
+          << "the checkpoint is not the last batch's";
+    }
+  }
   return present;
 }
 
-void crash_trials(const char* policy, int trials, unsigned seed) {
+void crash_trials(const char* policy, int trials, unsigned seed, bool spill = false) {
   testing::TempDir dir;
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> delay_us(5000, 100000);
   std::uint64_t present = 0;
   int progressed = 0;
   for (int trial = 0; trial < trials; ++trial) {
-    TrialResult r = run_and_kill(dir.path(), policy, std::chrono::microseconds(delay_us(rng)));
+    TrialResult r =
+        run_and_kill(dir.path(), policy, std::chrono::microseconds(delay_us(rng)), spill);
     ASSERT_TRUE(r.ready) << "writer did not start in trial " << trial;
-    std::uint64_t now = verify(dir.path(), r.last_ack);
+    std::uint64_t now = verify(dir.path(), r.last_ack, spill);
     ASSERT_GE(now, present) << "transactions disappeared in trial " << trial;
     if (now > present) ++progressed;
     present = now;
@@ -124,13 +149,39 @@ void crash_trials(const char* policy, int trials, unsigned seed) {
   // The workload must really have run, or the trials above proved nothing.
   EXPECT_GE(present, static_cast<std::uint64_t>(trials) / 2) << policy;
   EXPECT_GT(progressed, 0) << policy;
-  std::printf("policy %s: %d kill -9 trials, %llu transactions survived and verified\n", policy,
-              trials, static_cast<unsigned long long>(present));
+  std::uint64_t linked = 0;
+  verify(dir.path(), present, spill, &linked);
+  if (spill) {
+    EXPECT_GT(linked, 0u) << "no spill file was linked in: the trials proved nothing";
+    // Spill files have no name until the log links them in: a killed writer leaves none.
+    std::size_t left = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() + ".spill")) {
+      ADD_FAILURE() << "spill file left behind: " << e.path();
+      ++left;
+    }
+    EXPECT_EQ(left, 0u);
+    std::filesystem::remove_all(dir.path() + ".spill");
+  }
+  std::printf(
+      "policy %s%s: %d kill -9 trials, %llu transactions survived and verified, %llu "
+      "large ones in linked spill files\n",
+      policy, spill ? " with spill files" : "", trials, static_cast<unsigned long long>(present),
+      static_cast<unsigned long long>(linked));
 }
 
-TEST(LogCrash, KillNineUnderFsyncPerCommit) { crash_trials("fsync", 100, 1); }
-TEST(LogCrash, KillNineUnderIntervalSync) { crash_trials("interval", 60, 2); }
-TEST(LogCrash, KillNineUnderNoSync) { crash_trials("none", 60, 3); }
+TEST(LogCrash, KillNineUnderFsyncPerCommit) {
+  crash_trials("fsync", 100, 1);
+}
+TEST(LogCrash, KillNineUnderIntervalSync) {
+  crash_trials("interval", 60, 2);
+}
+TEST(LogCrash, KillNineUnderNoSync) {
+  crash_trials("none", 60, 3);
+}
+// Large transactions come as spill files that the log links in as segments of their own.
+TEST(LogCrash, KillNineWhileSpillFilesAreLinkedIn) {
+  crash_trials("fsync", 80, 4, true);
+}
 
 }  // namespace
 }  // namespace pgrelay::log

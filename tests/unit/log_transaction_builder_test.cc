@@ -436,7 +436,7 @@ TEST(TransactionBuilder, SpillWriteErrorNamesTheFile) {
   limit.rlim_cur = 32 << 10;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
   Status st;
-  for (int i = 0; i < 100 && st.ok(); ++i) st = b.add(Lsn(0x10 + i), user_insert(i, 1000));
+  for (int i = 0; i < 1000 && st.ok(); ++i) st = b.add(Lsn(0x10 + i), user_insert(i, 1000));
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
   ::signal(SIGXFSZ, old_handler);
 

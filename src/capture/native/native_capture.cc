@@ -286,6 +286,7 @@ Status NativeCapture::handle(const wire::XLogData& data) {
         } else if constexpr (std::is_same_v<T, pgoutput::Origin>) {
           open_header_.origin = m.name;
           open_header_.origin_lsn = m.origin_lsn;
+          builder_->set_origin(m.name, m.origin_lsn);
           return {};
         } else if constexpr (std::is_same_v<T, pgoutput::Relation> ||
                              std::is_same_v<T, pgoutput::Type>) {
