@@ -83,6 +83,21 @@ std::optional<std::vector<IndexPoint>> parse_index(ByteView data) {
   return points;
 }
 
+// Notes a transaction or message entry of the batch at `batch_start` in its segment's info and
+// sparse index: a batch's first such entry gets an index point once `interval` bytes passed.
+void note_in_segment(const EntryMeta& meta, std::uint64_t batch_start, std::uint64_t interval,
+                     bool first_of_batch, SegmentInfo& info, std::vector<IndexPoint>& index) {
+  if (first_of_batch && (index.empty() || batch_start - index.back().offset >= interval)) {
+    index.push_back(IndexPoint{meta.commit_lsn, meta.commit_time, batch_start});
+  }
+  if (!info.first_lsn.is_valid()) {
+    info.first_lsn = meta.commit_lsn;
+    info.first_time = meta.commit_time;
+  }
+  info.last_lsn = meta.commit_lsn;
+  info.last_time = meta.commit_time;
+}
+
 // What one segment holds, learned by scanning it.
 struct SegmentScan {
   std::uint64_t valid_end = kSegmentHeaderSize;  // end of the last whole batch
@@ -149,17 +164,8 @@ Result<SegmentScan> scan_segment(int fd, const std::string& path, std::uint64_t 
           scan.last_end = std::max(scan.last_end, p.meta.end_lsn);
           continue;
         }
-        if (!indexed &&
-            (scan.index.empty() || batch_start - scan.index.back().offset >= index_interval)) {
-          scan.index.push_back(IndexPoint{p.meta.commit_lsn, p.meta.commit_time, batch_start});
-        }
+        note_in_segment(p.meta, batch_start, index_interval, !indexed, scan.info, scan.index);
         indexed = true;
-        if (!scan.info.first_lsn.is_valid()) {
-          scan.info.first_lsn = p.meta.commit_lsn;
-          scan.info.first_time = p.meta.commit_time;
-        }
-        scan.info.last_lsn = p.meta.commit_lsn;
-        scan.info.last_time = p.meta.commit_time;
         scan.last_end = std::max({scan.last_end, p.meta.end_lsn, p.meta.commit_lsn});
       }
       batch.clear();
@@ -525,17 +531,8 @@ Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const Pending
   bool indexed = false;
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) continue;
-    if (!indexed &&
-        (seg.index.empty() || batch_start - seg.index.back().offset >= options_.index_interval)) {
-      seg.index.push_back(IndexPoint{e.meta.commit_lsn, e.meta.commit_time, batch_start});
-    }
+    note_in_segment(e.meta, batch_start, options_.index_interval, !indexed, seg.info, seg.index);
     indexed = true;
-    if (!seg.info.first_lsn.is_valid()) {
-      seg.info.first_lsn = e.meta.commit_lsn;
-      seg.info.first_time = e.meta.commit_time;
-    }
-    seg.info.last_lsn = e.meta.commit_lsn;
-    seg.info.last_time = e.meta.commit_time;
   }
   seg.info.bytes = seg.size;
   counters_.bytes_appended += flushed;
@@ -604,11 +601,9 @@ Result<bool> ChangeLog::link_segment(const PendingEntry& entry, ActiveSegment& s
   seg.size = image.file_size;
   seg.info.seq = seg.seq;
   seg.info.sealed = true;
-  seg.info.first_lsn = seg.info.last_lsn = entry.meta.commit_lsn;
-  seg.info.first_time = seg.info.last_time = entry.meta.commit_time;
   seg.info.bytes = image.file_size;
-  seg.index.push_back(
-      IndexPoint{entry.meta.commit_lsn, entry.meta.commit_time, kSegmentHeaderSize});
+  note_in_segment(entry.meta, kSegmentHeaderSize, options_.index_interval, true, seg.info,
+                  seg.index);
   return true;
 }
 
