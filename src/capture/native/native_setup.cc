@@ -73,7 +73,8 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM have h WHERE h.relid = w.relid AND h.pub = w.pub)
     ORDER BY 1 DESC
   LOOP
-    EXECUTE format('ALTER PUBLICATION %I %s TABLE %s', r.pub, r.op, r.relid::regclass);
+    -- ONLY: an inheritance parent's children are tables of their own here, listed or not.
+    EXECUTE format('ALTER PUBLICATION %I %s TABLE ONLY %s', r.pub, r.op, r.relid::regclass);
     n := n + 1;
   END LOOP;
   PERFORM set_config('pgrelay.in_sync', 'off', true);
