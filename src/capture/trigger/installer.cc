@@ -85,7 +85,7 @@ DECLARE
   flush text;
   threshold int4;
   i int4;
-  is_partition boolean;
+  in_tree boolean;
   new_rows text;
   old_rows text;
   each text;
@@ -109,12 +109,15 @@ BEGIN
     VALUES (p_relid, v, cur.nspname, cur.relname, cur.replident, cur.names, cur.types,
             cur.typmods, cur.keys, cur.generated, cur.toastable);
   END IF;
-  -- A partition's statement triggers fire only for writes made to it by name; its row
-  -- triggers fire for those routed through a partitioned table too.
-  is_partition := coalesce((SELECT c.relispartition FROM pg_class c WHERE c.oid = p_relid),
-                           false);
-  IF cap.layout = v AND cap.row_level = is_partition THEN RETURN v; END IF;
-  IF is_partition THEN
+  -- Row triggers for a table of an inheritance tree, partitions included: a partition's
+  -- statement triggers fire only for writes made to it by name, and a parent's transition tables
+  -- hold its children's rows too, in its own row type (an UPDATE or DELETE of the parent), where
+  -- the children's statement triggers do not fire. Row triggers fire on the table that holds the
+  -- row, however the statement named it.
+  in_tree := EXISTS (SELECT 1 FROM pg_inherits i
+                          WHERE i.inhrelid = p_relid OR i.inhparent = p_relid);
+  IF cap.layout = v AND cap.row_level = in_tree THEN RETURN v; END IF;
+  IF in_tree THEN
     new_rows := '(SELECT NEW.*)';
     old_rows := '(SELECT OLD.*)';
     each := 'FOR EACH ROW';
@@ -234,7 +237,7 @@ BEGIN
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @T, tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS %s ON %s', @E, tbl);
   END IF;
-  UPDATE @S.captured SET layout = v, row_level = is_partition WHERE relid = p_relid;
+  UPDATE @S.captured SET layout = v, row_level = in_tree WHERE relid = p_relid;
   RETURN v;
 END
 $fn$;
@@ -672,6 +675,15 @@ Status remove_all_tables(PgSession& s, const Names& n) {
 }
 
 // Upgrades a phase-1 (version 1) installation: its change table has another shape.
+// Runs `ddl` unless `present` (a query of one boolean, $1 the table) says it is done already.
+Status upgrade_where_missing(PgSession& s, const std::string& present, const std::string& table,
+                             const std::string& ddl) {
+  auto done = s.exec(present, {table});
+  if (!done.ok()) return done.error();
+  if (done->rows() == 1 && done->value(0, 0) == "t") return {};
+  return s.run(ddl);
+}
+
 Status upgrade_from_v1(PgSession& s, const Names& n) {
   auto left = s.exec("SELECT count(*) FROM " + n.changes);
   if (!left.ok()) return left.error();
@@ -777,11 +789,24 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " unchanged int2[],"
                     " info text,"
                     " content bytea)"));
-  PGRELAY_TRY(s.run("ALTER TABLE " + n.changes +
-                    " ADD COLUMN IF NOT EXISTS old_rows text[],"
-                    " ADD COLUMN IF NOT EXISTS new_rows text[],"
-                    " ADD COLUMN IF NOT EXISTS unchanged_rows text[]"));
-  PGRELAY_TRY(s.run("CREATE INDEX IF NOT EXISTS changes_xid ON " + n.changes + " (xid)"));
+  // Upgrades run only where something is missing: ALTER TABLE (even ADD COLUMN IF NOT EXISTS
+  // of columns that exist) and CREATE INDEX (even IF NOT EXISTS) lock the change table first,
+  // and every writer of a captured table would then queue behind a transaction still open
+  // (a prepared one, say) until it ends.
+  PGRELAY_TRY(upgrade_where_missing(
+      s,
+      "SELECT count(*) = 3 FROM pg_catalog.pg_attribute WHERE attrelid = $1::pg_catalog.regclass "
+      "AND attname IN ('old_rows', 'new_rows', 'unchanged_rows') AND NOT attisdropped",
+      n.changes,
+      "ALTER TABLE " + n.changes +
+          " ADD COLUMN IF NOT EXISTS old_rows text[],"
+          " ADD COLUMN IF NOT EXISTS new_rows text[],"
+          " ADD COLUMN IF NOT EXISTS unchanged_rows text[]"));
+  PGRELAY_TRY(upgrade_where_missing(
+      s,
+      "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = "
+      "i.indexrelid WHERE i.indrelid = $1::pg_catalog.regclass AND c.relname = 'changes_xid')",
+      n.changes, "CREATE INDEX IF NOT EXISTS changes_xid ON " + n.changes + " (xid)"));
   // Row texts of large values are TOASTed in the change table, compressed in the writer's own
   // statement: lz4 (PostgreSQL 14 and later, when built with it) does that at about twice
   // pglz's speed (300 MiB of 1 MiB values: 0.97 s against 1.79 s to write). Set once; a server
@@ -806,8 +831,13 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " (relid pg_catalog.oid PRIMARY KEY, ins bool NOT NULL, upd bool NOT NULL,"
                     " del bool NOT NULL, trunc bool NOT NULL, layout int4 NOT NULL DEFAULT 0)"));
   // row_level: the table's triggers fire per row, as a partition's must (version 5).
-  PGRELAY_TRY(s.run("ALTER TABLE " + n.captured +
-                    " ADD COLUMN IF NOT EXISTS row_level bool NOT NULL DEFAULT false"));
+  PGRELAY_TRY(upgrade_where_missing(
+      s,
+      "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = "
+      "$1::pg_catalog.regclass AND attname = 'row_level' AND NOT attisdropped)",
+      n.captured,
+      "ALTER TABLE " + n.captured +
+          " ADD COLUMN IF NOT EXISTS row_level bool NOT NULL DEFAULT false"));
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + n.layouts +
                     " (relid pg_catalog.oid NOT NULL, version int4 NOT NULL, nspname text NOT NULL,"
                     " relname text NOT NULL, replident \"char\" NOT NULL, names text[] NOT NULL,"
@@ -829,7 +859,9 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
                     " (publication text, relid pg_catalog.oid,"
                     " UNIQUE NULLS NOT DISTINCT (publication, relid))"));
   // Without a key, a FOR ALL TABLES publication would make DELETE FROM sources fail.
-  PGRELAY_TRY(s.run("ALTER TABLE " + n.sources + " REPLICA IDENTITY FULL"));
+  PGRELAY_TRY(upgrade_where_missing(
+      s, "SELECT relreplident = 'f' FROM pg_catalog.pg_class WHERE oid = $1::pg_catalog.regclass",
+      n.sources, "ALTER TABLE " + n.sources + " REPLICA IDENTITY FULL"));
   // armed: the capture service is idle and waits for a NOTIFY. While it polls anyway, writers
   // skip pg_notify, whose commit-time lock would serialize their commits. Only the service
   // raises it, and never where transactions can be prepared (NOTIFY forbids PREPARE).

@@ -83,8 +83,10 @@ namespace pgrelay::capture {
 // per table (3 takes them from a sequence, never reusing one) and is upgraded by installing;
 // 3 wrote one change row per row (4 writes chunks of a statement's rows) and is upgraded by
 // installing, its rows still read; 4 captured no partitioned table (5 captures the leaf
-// partitions of those published, with row triggers) and is upgraded by installing.
-inline constexpr int kInstallVersion = 5;
+// partitions of those published, with row triggers) and is upgraded by installing; 5 captured
+// tables of inheritance trees with statement triggers, which saw a child's rows updated or
+// deleted through its parent as the parent's (6 uses row triggers there too).
+inline constexpr int kInstallVersion = 6;
 
 struct TableName {
   std::string schema;
