@@ -9,7 +9,7 @@ namespace {
 
 // The fingerprint covers what a walsender reads from publications: their actions, tables (by
 // name too: a rename changes which Relations match), row filters, column lists (by name, and
-// the table's live column count, which decides whether a list naming them all is one),
+// the table's relnatts, which decides whether a list naming them all is one),
 // schemas, and of the partitioned tables they publish (listed, in a schema, or all of them
 // under FOR ALL TABLES via the root): the leaf partitions, which a partition created, attached
 // or detached changes, and the columns and replica identity, which a partition's changes are
@@ -38,8 +38,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
                   (SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
                    WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs)),
                   CASE WHEN r.prattrs IS NOT NULL THEN
-                    (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = r.prrelid
-                       AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '') END)
+                    (SELECT c.relnatts FROM pg_class c WHERE c.oid = r.prrelid) END)
     FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
     WHERE p.pubname::text <> ALL ()sql" +
          own + R"sql()

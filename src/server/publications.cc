@@ -61,7 +61,7 @@ struct PubTable {
   std::string pub;
   pgoutput::Oid oid = 0;
   std::string schema, table;
-  int natts = 0;            // live columns: not dropped, not generated (pgoutput's nliveatts)
+  int natts = 0;            // pg_class.relnatts: dropped and generated columns included
   bool via_schema = false;  // the publication has the table's schema (FOR TABLES IN SCHEMA)
   bool has_rel_row = false;
   std::optional<std::vector<std::string>> columns;  // prattrs, by name in attnum order
@@ -290,9 +290,11 @@ Result<log::TableRule> table_rule(PGconn* conn, pgoutput::Oid oid, const RelPubs
     if (!combined.ok()) return combined.error();
     rule.filters[a] = std::move(*combined);
   }
-  // Column list: every publication publishing the table must agree (a list naming every live
-  // column counts as none, as in pgoutput_column_list_init; a column added later makes it a
-  // list again, and the publications fingerprint marks that change).
+  // Column list: every publication publishing the table must agree. A list naming as many
+  // columns as the table has attributes counts as none, as PostgreSQL 15's
+  // pgoutput_column_list_init compares with RelationGetNumberOfAttributes: dropped and
+  // generated columns count, so the list of a table that has one stays a list. A column added
+  // later makes a list again, and the publications fingerprint marks that change.
   bool first = true;
   std::optional<std::vector<std::string>> columns;
   for (const auto& [p, t] : rel_pubs) {
@@ -609,9 +611,7 @@ Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<
   }
   auto rows = query(
       conn,
-      "SELECT t.pubname, c.oid, t.schemaname, t.tablename, "
-      "  (SELECT count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid "
-      "     AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''), "
+      "SELECT t.pubname, c.oid, t.schemaname, t.tablename, c.relnatts, "
       "  EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn "
       "          WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), "
       "  pr.oid IS NOT NULL, pr.prattrs IS NOT NULL, "
