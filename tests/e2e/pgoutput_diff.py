@@ -27,12 +27,31 @@ class Stream:
 
     def __init__(self, url, slot, publication, options=None):
         self.what = "%s on %s" % (slot, publication)
+        self.slot = slot
+        self.opts = {"proto_version": "1", "publication_names": publication, "messages": "true"}
+        self.opts.update(options or {})
+        self.messages = []
+        self.start(url, 0)
+
+    def start(self, url, lsn):
         self.conn = replication(url)
         self.cur = self.conn.cursor()
-        opts = {"proto_version": "1", "publication_names": publication, "messages": "true"}
-        opts.update(options or {})
-        self.cur.start_replication(slot_name=slot, decode=False, options=opts)
-        self.messages = []
+        self.cur.start_replication(slot_name=self.slot, decode=False, start_lsn=lsn, options=self.opts)
+
+    def resume(self, url):
+        """Connects again, as a consumer does that lost its connection: what it read after its
+        last Commit is dropped (a transaction cut short, or one it never confirmed) and the
+        stream starts again at that Commit's end. A stream that ended with an error stays so."""
+        if self.messages and self.messages[-1]["tag"] == "error":
+            return
+        try:
+            self.conn.close()
+        except psycopg2.Error:
+            pass
+        last = max((i for i, m in enumerate(self.messages) if m["tag"] == "C"), default=None)
+        lsn = 0 if last is None else self.messages[last]["end_lsn"]
+        del self.messages[0 if last is None else last + 1:]
+        self.start(url, lsn)
 
     def read_until(self, prefix, timeout=120):
         """Reads through the transactional message `prefix`."""

@@ -9,7 +9,10 @@ TABLE with column lists and row filters, insert-only, TABLES IN SCHEMA, via the 
 writer's workload of single statements and transactions with savepoints rolled back, UPDATEs
 that change keys, TRUNCATE, ADD/DROP/RENAME COLUMN and ALTER TYPE, transactional and
 non-transactional logical messages, writes to unlogged and temporary tables (never
-published), writer sessions with other TimeZone and DateStyle.
+published), writer sessions with other TimeZone and DateStyle. Generator version 2 adds table
+inheritance, REPLICA IDENTITY NOTHING, renames of tables and schemas, tables dropped and made
+again, ALTER PUBLICATION, and prepared transactions (some committed late); version 3 adds faults:
+pgrelay killed with -9 and started again, consumers that reconnect from their last Commit.
 
 The runner plays it on a throwaway database of one wal_level=logical upstream, once per capture
 mode, with a pgrelay slot and a native slot per publication set and pgoutput options (proto
@@ -40,14 +43,27 @@ from e2e_support import expect, main, query_url
 from pgoutput_decode import UNCHANGED_TOAST
 from pgoutput_diff import Stream, compared, first_difference, mark, native_view, replication
 
-LOGICAL_CONF = "wal_level = logical\nmax_replication_slots = 60\nmax_wal_senders = 60\n"
-# Seeds that found something, run first in every bounded run (the suite's regressions):
-#  10: a column list naming every column of a table stayed "no list" in pgrelay after ADD COLUMN
-#      (the new column was streamed; Postgres leaves it out); fixed by the fingerprint marking
-#      the table's live column count.
-#   9: two publications giving a table different column lists: the stream must end with the
-#      same error as Postgres's at the table's first change.
-REGRESSIONS = [10, 9]
+LOGICAL_CONF = ("wal_level = logical\nmax_replication_slots = 60\nmax_wal_senders = 60\n"
+                "max_prepared_transactions = 10\n")
+# Seeds that found something, run first in every bounded run (the suite's regressions). A seed
+# makes the same scenario only under the generator version it was found with: each entry is
+# (seed, version). Version 1 is the first slice's generator; version 2 (GENERATOR, what new seeds
+# are made with) adds the extras of Scenario.extra.
+#  10, 1: a column list naming every column of a table stayed "no list" in pgrelay after ADD
+#         COLUMN (the new column was streamed; Postgres leaves it out); fixed by the fingerprint
+#         marking the table's relnatts.
+#   9, 1: two publications giving a table different column lists: the stream must end with the
+#         same error as Postgres's at the table's first change.
+#   2, 2: an UPDATE of an inheritance parent that changed its child's rows: trigger capture took
+#         them from the parent's transition tables as the parent's rows; now row triggers.
+#  13, 2: a column list naming every live column of a table with a dropped column, and a second
+#         publication without a list: Postgres 15 counts dropped columns (relnatts), so the lists
+#         differ and the stream ends with its error; pgrelay counted live columns and streamed.
+#         Also: native capture's mirror publication now adds inheritance tables with ONLY (it
+#         failed to start on any scenario with inheritance).
+REGRESSIONS = [(10, 1), (9, 1), (2, 2), (13, 2)]
+# Version 3 adds faults: pgrelay killed with -9 and started again, consumers that reconnect.
+GENERATOR = 3
 DONE = "differential-done"
 ARGS = None
 
@@ -117,6 +133,7 @@ def value(rng, typ):
 class Table:
     def __init__(self, name, key, columns, partitioned):
         self.name, self.key, self.columns, self.partitioned = name, key, columns, partitioned
+        self.inheritance = False  # a parent or child of table inheritance (its DDL spreads)
         self.ids = set()
         self.next_id = 1
         self.listed = set()  # columns in a publication's column list (not to be dropped)
@@ -134,16 +151,37 @@ class Table:
 class Scenario:
     """Everything one seed plays: setup SQL, publication sets with options, and the workload."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, version=GENERATOR):
         rng = random.Random(seed)
-        self.seed = seed
+        self.seed, self.version = seed, version
+        self.extras = version >= 2
         self.setup = [TYPES_SQL]
         self.tables = []
         for i in range(rng.randint(2, 4)):
             self.tables.append(self.make_table(rng, "t%d" % i, i == 0 and rng.random() < 0.5))
         self.tables.append(self.make_table(rng, "other.s0", False))
+        self.schema = "other"  # its name now (ALTER SCHEMA ... RENAME)
+        self.renamed = 0
+        self.pending = None  # (gid, table) of a prepared transaction not yet committed
+        self.prepared = 0
+        if self.extras:
+            self.make_extra_tables(rng)
         self.pubs = self.make_publications(rng)
         self.workload = self.make_workload(rng)
+
+    def make_extra_tables(self, rng):
+        """Table inheritance (a parent published with its child) and a table with REPLICA IDENTITY
+        NOTHING (only inserted into and truncated: it publishes no update or delete)."""
+        types = rng.sample(sorted(PALETTE), rng.randint(1, 3))
+        columns = [("c%d" % j, t) for j, t in enumerate(types)]
+        self.setup.append("CREATE TABLE ih (id int PRIMARY KEY, %s)" % ", ".join("%s %s" % c for c in columns))
+        self.setup.append("CREATE TABLE ih_c (extra text, PRIMARY KEY (id)) INHERITS (ih)")
+        parent, child = Table("ih", "pk", list(columns), False), Table("ih_c", "pk", columns + [("extra", "text")], False)
+        child.next_id = 10**6  # its rows are the parent's rows too: keep their ids apart
+        parent.inheritance = child.inheritance = True
+        self.tables += [parent, child]
+        self.setup.append("CREATE TABLE noid (id int, v text)")
+        self.setup.append("ALTER TABLE noid REPLICA IDENTITY NOTHING")
 
     def make_table(self, rng, name, partitioned):
         key = "pk" if partitioned else rng.choice(["pk", "pk", "index", "full"])
@@ -177,9 +215,12 @@ class Scenario:
         pubs = {"p_all": "FOR ALL TABLES"}
         some = rng.sample(self.tables, rng.randint(1, len(self.tables)))
         via_root = any(t.partitioned for t in some) and rng.random() < 0.5
+        self.via_root = via_root
         items = []
         for t in some:
-            item = t.name
+            # A parent stands for its child too, unless ONLY: with both listed, the child's own
+            # column list and row filter would conflict with the parent's.
+            item = ("ONLY " if t.name == "ih" and any(c.name == "ih_c" for c in some) else "") + t.name
             # A partitioned table takes a column list or row filter only via the root.
             narrow = not t.partitioned or via_root
             if narrow and t.key != "full" and rng.random() < 0.4:
@@ -191,7 +232,11 @@ class Scenario:
             items.append(item)
         pubs["p_some"] = "FOR TABLE %s%s" % (", ".join(items),
                                               " WITH (publish_via_partition_root = true)" if via_root else "")
-        pubs["p_ins"] = "FOR TABLE %s WITH (publish = 'insert, truncate')" % rng.choice(self.tables).name
+        ins = rng.choice(self.tables)
+        # The tables of p_ins now (ALTER PUBLICATION); FOR TABLE a parent takes its child too.
+        self.ins = [ins] + [t for t in self.tables if ins.name == "ih" and t.name == "ih_c"]
+        self.ins_publish = "insert, truncate"
+        pubs["p_ins"] = "FOR TABLE %s WITH (publish = 'insert, truncate')" % ins.name
         pubs["p_schema"] = "FOR TABLES IN SCHEMA other"
         for name, what in pubs.items():
             self.setup.append("CREATE PUBLICATION %s %s" % (name, what))
@@ -202,6 +247,12 @@ class Scenario:
     def make_workload(self, rng):
         out = []
         for _ in range(rng.randint(25, 60)):
+            if self.version >= 3 and rng.random() < 0.03:
+                out.append([rng.choice(["FAULT kill", "FAULT reconnect"])])
+                continue
+            if self.extras and rng.random() < 0.2:
+                out.append(self.extra(rng))
+                continue
             roll = rng.random()
             if roll < 0.12:
                 stmts = [self.statement(rng) for _ in range(rng.randint(2, 4))]
@@ -222,19 +273,101 @@ class Scenario:
                 out.append([self.ddl(rng)])
             else:
                 out.append([self.statement(rng)])
+        if self.pending:
+            out.append(self.finish_prepared(rng))
         return out
 
-    def statement(self, rng):
-        t = rng.choice(self.tables)
+    def free(self, tables):
+        """The tables that DDL or TRUNCATE may lock: not the one a pending prepared transaction
+        wrote (that would wait for it forever)."""
+        return [t for t in tables if not (self.pending and self.pending[1] is t)]
+
+    def finish_prepared(self, rng):
+        gid, _ = self.pending
+        self.pending = None
+        return ["%s PREPARED %s" % (rng.choice(["COMMIT", "COMMIT", "ROLLBACK"]), lit(gid))]
+
+    def extra(self, rng):
+        """One group of what version 2 adds: renames of tables and schemas, a table dropped and
+        made again under its name, ALTER PUBLICATION, prepared transactions (some committed
+        late), and writes to the table without a replica identity."""
+        roll = rng.random()
+        plain = self.free([t for t in self.tables if not t.partitioned and not t.inheritance])
+        if self.pending and (roll < 0.5 or rng.random() < 0.3):
+            return self.finish_prepared(rng)
+        if roll < 0.12:
+            # Not a root published via itself: pgoutput keeps sending its changes under the
+            # Relation sent before the rename (its cache is the partitions'), where pgrelay sends
+            # the renamed one (README).
+            t = rng.choice(self.free([t for t in self.tables if not (t.partitioned and self.via_root)]))
+            self.renamed += 1
+            bare = "%s_r%d" % (t.name.split(".")[-1].split("_r")[0], self.renamed)
+            sql = "ALTER TABLE %s RENAME TO %s" % (t.name, bare)
+            t.name = (t.name.split(".")[0] + "." if "." in t.name else "") + bare
+            return [sql]
+        if roll < 0.17:
+            self.renamed += 1
+            new = "other_r%d" % self.renamed
+            sql = "ALTER SCHEMA %s RENAME TO %s" % (self.schema, new)
+            for t in self.tables:
+                if t.name.startswith(self.schema + "."):
+                    t.name = new + t.name[len(self.schema):]
+            self.schema = new
+            return [sql]
+        if roll < 0.27:
+            t = rng.choice(plain)
+            types = rng.sample(sorted(PALETTE), rng.randint(1, 4))
+            t.columns = [("c%d" % j, typ) for j, typ in enumerate(types)]
+            t.key, t.ids, t.listed, t.renames = "pk", set(), set(), {}
+            if t in self.ins:
+                self.ins.remove(t)  # a dropped table leaves its publications
+            return ["DROP TABLE %s" % t.name,
+                    "CREATE TABLE %s (id int PRIMARY KEY, %s)" % (t.name, ", ".join("%s %s" % c for c in t.columns)),
+                    self.statement(rng, t)]
+        if roll < 0.45:
+            out = [t for t in self.tables if t not in self.ins]
+            pick = rng.random()
+            # ONLY: an inheritance parent alone, without its child.
+            if pick < 0.4 and out:
+                t = rng.choice(out)
+                self.ins.append(t)
+                return ["ALTER PUBLICATION p_ins ADD TABLE ONLY %s" % t.name]
+            if pick < 0.7 and len(self.ins) > 1:
+                t = rng.choice(self.ins)
+                self.ins.remove(t)
+                return ["ALTER PUBLICATION p_ins DROP TABLE ONLY %s" % t.name]
+            self.ins_publish = rng.choice([p for p in ("insert, truncate", "insert, update, delete, truncate",
+                                                       "update, delete", "insert") if p != self.ins_publish])
+            return ["ALTER PUBLICATION p_ins SET (publish = %s)" % lit(self.ins_publish)]
+        if roll < 0.75 and not self.pending:
+            self.prepared += 1
+            gid = "@GID_%d" % self.prepared
+            t = rng.choice(self.tables)
+            stmts = [self.insert(rng, t) for _ in range(rng.randint(1, 3))]
+            group = ["BEGIN"] + stmts + ["PREPARE TRANSACTION %s" % lit(gid)]
+            if rng.random() < 0.5:
+                self.pending = (gid, t)  # committed by a later group: a transaction that commits late
+                return group
+            return group + ["%s PREPARED %s" % (rng.choice(["COMMIT", "ROLLBACK"]), lit(gid))]
+        if rng.random() < 0.85:
+            return ["INSERT INTO noid SELECT (SELECT coalesce(max(id), 0) FROM noid) + g, %s FROM generate_series(1, %d) g"
+                    % (value(rng, "text"), rng.randint(1, 3))]
+        return ["TRUNCATE noid"]
+
+    def insert(self, rng, t):
+        rows = []
+        for _ in range(rng.randint(1, 3)):
+            i = t.next_id
+            t.next_id += 1
+            t.ids.add(i)
+            rows.append("(%d, %s)" % (i, ", ".join(value(rng, typ) for _, typ in t.columns)))
+        return "INSERT INTO %s (id, %s) VALUES %s" % (t.name, ", ".join(c for c, _ in t.columns), ", ".join(rows))
+
+    def statement(self, rng, t=None):
+        t = t or rng.choice(self.tables)
         roll = rng.random()
         if roll < 0.45 or not t.ids:
-            rows = []
-            for _ in range(rng.randint(1, 3)):
-                i = t.next_id
-                t.next_id += 1
-                t.ids.add(i)
-                rows.append("(%d, %s)" % (i, ", ".join(value(rng, typ) for _, typ in t.columns)))
-            return "INSERT INTO %s (id, %s) VALUES %s" % (t.name, ", ".join(c for c, _ in t.columns), ", ".join(rows))
+            return self.insert(rng, t)
         if roll < 0.75:
             c, typ = rng.choice(t.columns)
             if t.key != "full" and rng.random() < 0.15:
@@ -250,11 +383,14 @@ class Scenario:
             i = rng.choice(sorted(t.ids))
             t.ids.discard(i)
             return "DELETE FROM %s WHERE id = %d" % (t.name, i)
+        if not self.free([t]):
+            return self.insert(rng, t)
         t.ids.clear()
         return "TRUNCATE %s%s" % (t.name, rng.choice(["", " RESTART IDENTITY", " CASCADE"]))
 
     def ddl(self, rng):
-        t = rng.choice([t for t in self.tables if not t.partitioned] or self.tables)
+        t = rng.choice(self.free([t for t in self.tables if not t.partitioned and not t.inheritance])
+                       or self.tables)
         roll = rng.random()
         if roll < 0.5 or len(t.columns) < 2:
             typ = rng.choice(sorted(PALETTE))
@@ -277,8 +413,9 @@ class Scenario:
 
     def sql(self):
         """The scenario as one SQL script (MARK and MARKNT stand for a transactional and a
-    non-transactional logical message)."""
-        lines = ["-- seed %d" % self.seed] + [s.strip() + ";" for s in self.setup]
+    non-transactional logical message, @GID for the database's name in prepared transactions'
+    ids, which are global)."""
+        lines = ["-- seed %d, generator %d" % (self.seed, self.version)] + [s.strip() + ";" for s in self.setup]
         for group in self.workload:
             lines += [s + ";" for s in group]
         return "\n".join(lines)
@@ -288,7 +425,7 @@ class Scenario:
 
 def run(env, scenario, mode):
     """Plays `scenario` in capture `mode`; returns None or the first difference found."""
-    db = "diff_%s_%d" % (mode, scenario.seed)
+    db = "diff_%s_%d_g%d" % (mode, scenario.seed, scenario.version)
     env.psql_admin("DROP DATABASE IF EXISTS %s WITH (FORCE)" % db, db="postgres")
     env.psql_admin("CREATE DATABASE %s" % db, db="postgres")
     upstream = env.upstream_url(db)
@@ -297,8 +434,9 @@ def run(env, scenario, mode):
     cur = conn.cursor()
     for sql in scenario.setup:
         cur.execute(sql)
-    relay = env.start_relay(data_dir=os.path.join(env.base, "relay-%s" % db), upstream=upstream,
-                            extra_args=["--no-tls", "--capture", mode, "--max-replication-slots", "30"])
+    relay_dir = os.path.join(env.base, "relay-%s" % db)
+    relay_args = ["--no-tls", "--capture", mode, "--max-replication-slots", "30"]
+    relay = env.start_relay(data_dir=relay_dir, upstream=upstream, extra_args=relay_args)
     live = []
     try:
         for i, (pubs, _) in enumerate(scenario.pubs):
@@ -311,14 +449,33 @@ def run(env, scenario, mode):
         live = [Stream(url, "d_%s_%d" % (db, i), pubs, opts) for i, (pubs, opts) in enumerate(scenario.pubs)
                 for url in (relay.url, upstream)]
         for n, group in enumerate(scenario.workload):
+            if group[0].startswith("FAULT "):
+                # pgrelay's streams reconnect from their last Commit; after a kill -9, to a
+                # pgrelay started again on the same data directory.
+                if group[0] == "FAULT kill":
+                    relay.proc.kill()
+                    relay.proc.wait()
+                    env.relays.remove(relay)
+                    relay = env.start_relay(data_dir=relay_dir, upstream=upstream, extra_args=relay_args)
+                for s in live[0::2]:
+                    s.resume(relay.url)
+                continue
+            if group[0].split()[1:2] == ["PREPARED"]:
+                # A prepared transaction committed late: its writes came before the transactions
+                # committed since, which trigger capture would put after it if one poll found
+                # them all (README); a consumer that has read those meanwhile sees commit order.
+                mark(mode, cur, "before-%d" % n)
+                for s in live:
+                    read(s, "before-%d" % n)
             for sql in group:
+                sql = sql.replace("@GID", db)
                 if sql.startswith("MARK "):
                     mark(mode, cur, "fuzz", sql[5:].strip("'"))
                 elif sql.startswith("MARKNT "):
                     mark(mode, cur, "fuzz", sql[7:].strip("'"), transactional=False)
                 else:
                     cur.execute(sql)
-            if group[0].startswith("ALTER TABLE"):
+            if group[0].split()[0] in ("ALTER", "DROP"):
                 # Exact while consumers keep up with schema changes (README): read through it.
                 mark(mode, cur, "step-%d" % n)
                 for s in live:
@@ -345,6 +502,10 @@ def run(env, scenario, mode):
             s.close()
         relay.stop()
         env.relays.remove(relay)
+        # A prepared transaction left by a failure would keep the database from being dropped.
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+        for (gid,) in cur.fetchall():
+            cur.execute("ROLLBACK PREPARED %s", (gid,))
         conn.close()
         env.psql_admin("DROP DATABASE IF EXISTS %s WITH (FORCE)" % db, db="postgres")
 
@@ -364,16 +525,20 @@ def read(stream, prefix):
 
 
 def end_state(scenario, upstream, messages):
-    """The FOR ALL TABLES stream replayed, against the tables (text values, by column name)."""
+    """The FOR ALL TABLES stream replayed, against the tables (text values, by column name).
+    Rows are kept by relation OID: a table renamed, or dropped and made again, is followed."""
     relations, state = {}, {}
+    by_oid = {}
+    for t in scenario.tables:
+        oid = query_url(upstream, "SELECT %s::regclass::oid" % lit(t.name))[0][0]
+        by_oid[int(oid)] = t
     for m in messages:
         if m["tag"] == "R":
             relations[m["oid"]] = m
         elif m["tag"] in ("I", "U", "D"):
             rel = relations[m["relid"]]
-            name = ("" if rel["schema"] == "public" else rel["schema"] + ".") + rel["name"]
-            table = state.setdefault(name, {})
-            t = next((t for t in scenario.tables if t.name == name), None)
+            table = state.setdefault(m["relid"], {})
+            t = by_oid.get(m["relid"])
             # Columns by the name they end with (a consumer follows RENAME COLUMN by position).
             cols = [t.final_name(c["name"]) if t else c["name"] for c in rel["columns"]]
             keys = [t.final_name(c["name"]) if t else c["name"] for c in rel["columns"] if c["flags"] & 1]
@@ -389,19 +554,19 @@ def end_state(scenario, upstream, messages):
                 table[key] = {c: (prev.get(c) if v is UNCHANGED_TOAST else v) for c, v in new.items()}
         elif m["tag"] == "T":
             for r in m["relids"]:
-                rel = relations[r]
-                state[("" if rel["schema"] == "public" else rel["schema"] + ".") + rel["name"]] = {}
-    for t in scenario.tables:
+                state[r] = {}
+    for oid, t in by_oid.items():
         if t.key == "full" or t.partitioned:
             continue  # no key to replay by (FULL), or rows under their partitions' names
         cols = [c for c, _ in t.columns]
         # format('%s') prints a value with its type's output function, as pgoutput does (a
         # cast to text may not: true::text is 'true', its output 't'); num_nonnulls asks whether
-        # the value is NULL, where IS NOT NULL of a composite asks it of every field.
+        # the value is NULL, where IS NOT NULL of a composite asks it of every field. ONLY: an
+        # inheritance parent's own rows, as its stream has them.
         out = ", ".join("CASE WHEN num_nonnulls(%s) = 1 THEN format('%%s', %s) END" % (c, c) for c in cols)
-        rows = query_url(upstream, "SELECT id::text, %s FROM %s" % (out, t.name))
+        rows = query_url(upstream, "SELECT id::text, %s FROM ONLY %s" % (out, t.name))
         want = {(r[0],): dict(zip(["id"] + cols, r)) for r in rows}
-        got = {k: {c: v.get(c) for c in ["id"] + cols} for k, v in state.get(t.name, {}).items()}
+        got = {k: {c: v.get(c) for c in ["id"] + cols} for k, v in state.get(oid, {}).items()}
         if got != want:
             keys = sorted(set(got) | set(want))
             k = next(k for k in keys if got.get(k) != want.get(k))
@@ -416,7 +581,7 @@ def shrink(env, scenario, mode, failure):
     while step >= 1:
         i = 0
         while i < len(scenario.workload):
-            trial = Scenario(scenario.seed)
+            trial = Scenario(scenario.seed, scenario.version)
             trial.workload = scenario.workload[:i] + scenario.workload[i + step:]
             got = run(env, trial, mode)
             if got:
@@ -430,18 +595,19 @@ def shrink(env, scenario, mode, failure):
 def body(env):
     env.start_postgres(LOGICAL_CONF)
     if ARGS.seed is not None:
-        seeds, budget = [ARGS.seed], None
+        seeds, budget = [(ARGS.seed, ARGS.generator)], None
     elif ARGS.seeds:
-        seeds, budget = range(1, ARGS.seeds + 1), None
+        seeds, budget = [(s, ARGS.generator) for s in range(1, ARGS.seeds + 1)], None
     else:
-        rest = (s for s in range(ARGS.first, ARGS.first + 10**7) if s not in REGRESSIONS)
+        again = {s for s, v in REGRESSIONS if v == ARGS.generator and ARGS.first == 1}
+        rest = ((s, ARGS.generator) for s in range(ARGS.first, ARGS.first + 10**7) if s not in again)
         seeds, budget = itertools.chain(REGRESSIONS if ARGS.first == 1 else [], rest), ARGS.seconds
     started = time.monotonic()
     ran = 0
-    for seed in seeds:
+    for seed, version in seeds:
         if budget is not None and ran and time.monotonic() - started > budget:
             break
-        scenario = Scenario(seed)
+        scenario = Scenario(seed, version)
         for mode in ("trigger", "native"):
             def play(scenario=scenario, mode=mode):
                 failure = run(env, scenario, mode)
@@ -450,10 +616,11 @@ def body(env):
                     print("-- shrunk to %d workload groups:\n%s" % (len(small.workload), small.sql()))
                 expect(failure is None, "seed %d plays the same through pgrelay as from native slots "
                        "(reproduce: %s)" % (seed, " ".join([sys.executable, os.path.abspath(__file__), env.pgrelay,
-                                                            "--seed", str(seed), "--shrink"])),
+                                                            "--seed", str(seed), "--generator", str(version),
+                                                            "--shrink"])),
                        got=failure)
-            env.check("%s: seed %d (%d tables, %d workload groups)" % (mode, seed, len(scenario.tables),
-                                                                        len(scenario.workload)), play)
+            env.check("%s: seed %d, generator %d (%d tables, %d workload groups)" % (
+                mode, seed, version, len(scenario.tables), len(scenario.workload)), play)
         ran += 1
     elapsed = time.monotonic() - started
     print("differential: %d seeds in %.0f s (%.2f seeds/s, both modes)" % (ran, elapsed, ran / elapsed))
@@ -467,6 +634,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=150, help="run seeds for about this long")
     parser.add_argument("--first", type=int, default=1, help="the first seed --seconds runs")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing scenario")
+    parser.add_argument("--generator", type=int, default=GENERATOR,
+                        help="the generator version seeds are made with (default %d)" % GENERATOR)
     ARGS, rest = parser.parse_known_args()
     sys.argv = [sys.argv[0], ARGS.pgrelay] + rest
     main("differential", body)
