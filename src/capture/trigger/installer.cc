@@ -928,10 +928,16 @@ Result<int> sync_tables(PgSession& session, const std::string& schema) {
   Transaction txn(session);
   PGRELAY_TRY(txn.begin());
   // The poller's session, which runs this too, plans without sequential scans (see
-  // TriggerPoller::open); the catalog queries of sync() need them.
-  PGRELAY_TRY(
-      session.run("SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', "
-                  "'on', true)"));
+  // TriggerPoller::open); the catalog queries of sync() need them. It waits for a lock at most
+  // half the server's deadlock_timeout: a sync that regenerates a partition's triggers, then
+  // reads its root (the publications fingerprint), can deadlock with an application's DDL that
+  // locks them the other way round (DETACH PARTITION), and the deadlock detector would then
+  // cancel whichever waited first, the application's statement too. Giving up first leaves
+  // the DDL alone; the next sync, a second later, does the work.
+  PGRELAY_TRY(session.run(
+      "SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', 'on', "
+      "true), set_config('lock_timeout', greatest(1, (pg_catalog.date_part('epoch', "
+      "pg_catalog.current_setting('deadlock_timeout')::interval) * 500)::int4)::text, true)"));
   auto r = session.exec("SELECT " + names->schema + ".sync(false), " +
                         note_publications_call(names->schema, /*wait=*/false));
   if (!r.ok()) return r.error();
