@@ -243,6 +243,7 @@ void ChangeView::start(const EntryMeta& meta) {
   meta_ = meta;
   relations_.clear();
   pending_types_.clear();
+  transaction_types_.clear();
   targets_sent_.clear();
   sent_any_ = false;
   publications_changed_ = false;
@@ -486,7 +487,7 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
     return {};
   }
   if (auto* type = std::get_if<pgoutput::Type>(&change.message)) {
-    (void)type;
+    transaction_types_.insert_or_assign(type->oid, change);
     pending_types_.push_back(std::move(change));
     return {};
   }
@@ -498,6 +499,15 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
     state.lsn = change.lsn;
     state.types = std::move(pending_types_);
     pending_types_.clear();
+    // The Types of its columns stored before an earlier Relation of the transaction.
+    for (const pgoutput::Column& column : rel->columns) {
+      auto known = transaction_types_.find(column.type_oid);
+      if (known == transaction_types_.end()) continue;
+      const bool has = std::any_of(state.types.begin(), state.types.end(), [&](const Change& t) {
+        return std::get<pgoutput::Type>(t.message).oid == column.type_oid;
+      });
+      if (!has) state.types.push_back(known->second);
+    }
     state.relation = std::move(*rel);
     describe_relation(state);
     return {};
@@ -593,6 +603,7 @@ Status ChangeView::push_truncate(Change change, std::vector<Change>& out) {
 
 bool ChangeView::finish() {
   pending_types_.clear();
+  transaction_types_.clear();
   if (meta_.kind == EntryKind::kMessage) return sent_any_;
   return sent_any_ || options_.empty_transactions == EmptyTransactions::kKeep;
 }

@@ -259,6 +259,11 @@ class ChangeView {
   EntryMeta meta_;
   std::unordered_map<pgoutput::Oid, RelationState> relations_;
   std::vector<Change> pending_types_;
+  // Every Type of the transaction so far, by type OID. The log stores a Type once per
+  // transaction, before the first Relation that needs it; a later Relation with a column of
+  // that type takes it from here, so that it is sent with that Relation even when the first
+  // one is not (its table unpublished), as send_relation_and_attrs sends a Relation's Types.
+  std::unordered_map<pgoutput::Oid, Change> transaction_types_;
   std::set<pgoutput::Oid> targets_sent_;  // ancestors whose Relation a Truncate sent
   bool sent_any_ = false;
   bool publications_changed_ = false;

@@ -190,6 +190,27 @@ TEST(ChangeView, FiltersByOidAndDropsTheTypesOfFilteredTables) {
             std::vector<pgoutput::Oid>{kOrders});
 }
 
+// The log stores a Type once per transaction, before the first Relation that needs it. A later
+// Relation with a column of that type is sent with it even when the first table is filtered
+// out (found by differential fuzzing: trigger capture, seed 8 of generator 3).
+TEST(ChangeView, ARelationTakesATypeStoredBeforeAnEarlierFilteredOneOfTheTransaction) {
+  Relation moody = orders();
+  moody.columns.push_back(Column{0, "mood", kMoodType, -1});
+  pgoutput::Insert insert = order_insert("9");
+  insert.new_tuple.columns.push_back(t("ok"));
+  ViewOptions o;
+  o.tables.emplace();
+  o.tables->add_oid(kOrders);
+  auto out = view_of(o, txn({mood(), users(), user_insert("1"), moody, insert}));
+  ASSERT_TRUE(out);
+  EXPECT_EQ(kinds(*out), (Kinds{"TYPE", "RELATION", "INSERT"}));
+  EXPECT_EQ(out->changes[0].message, ChangeMessage(mood()));
+  // Unfiltered, each Relation is sent with its Types: pgoutput sends them with every Relation.
+  auto all = view_of(ViewOptions{}, txn({mood(), users(), user_insert("1"), moody, insert}));
+  ASSERT_TRUE(all);
+  EXPECT_EQ(kinds(*all), (Kinds{"TYPE", "RELATION", "INSERT", "TYPE", "RELATION", "INSERT"}));
+}
+
 TEST(ChangeView, TruncateOfNoAllowedTableIsDropped) {
   ViewOptions o;
   o.tables.emplace();
