@@ -137,6 +137,7 @@ class Table:
     def __init__(self, name, key, columns, partitioned):
         self.name, self.key, self.columns, self.partitioned = name, key, columns, partitioned
         self.inheritance = False  # a parent or child of table inheritance (its DDL spreads)
+        self.parent = None  # an inheritance child's parent (TRUNCATE of it truncates the child)
         self.ids = set()
         self.next_id = 1
         self.listed = set()  # columns in a publication's column list (not to be dropped)
@@ -182,6 +183,7 @@ class Scenario:
         parent, child = Table("ih", "pk", list(columns), False), Table("ih_c", "pk", columns + [("extra", "text")], False)
         child.next_id = 10**6  # its rows are the parent's rows too: keep their ids apart
         parent.inheritance = child.inheritance = True
+        child.parent = parent
         self.tables += [parent, child]
         self.setup.append("CREATE TABLE noid (id int, v text)")
         self.setup.append("ALTER TABLE noid REPLICA IDENTITY NOTHING")
@@ -282,8 +284,10 @@ class Scenario:
 
     def free(self, tables):
         """The tables that DDL or TRUNCATE may lock: not the one a pending prepared transaction
-        wrote (that would wait for it forever)."""
-        return [t for t in tables if not (self.pending and self.pending[1] is t)]
+        wrote, nor its inheritance parent (TRUNCATE of the parent truncates it): that would wait
+        for the prepared transaction forever."""
+        held = self.pending[1] if self.pending else None
+        return [t for t in tables if held is None or not (held is t or held.parent is t)]
 
     def finish_prepared(self, rng):
         gid, _ = self.pending
