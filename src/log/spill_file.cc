@@ -18,6 +18,23 @@ constexpr std::uint64_t kWritebackInterval = 8ull << 20;
 
 }  // namespace
 
+Status read_spill_data(int fd, std::uint64_t data_start, std::uint64_t offset,
+                       std::span<std::uint8_t> out, const std::string& name) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const std::uint64_t at = offset + done;
+    const std::uint64_t record = at / kMaxRecordPayload;
+    const std::uint64_t within = at % kMaxRecordPayload;
+    const std::size_t n = static_cast<std::size_t>(
+        std::min<std::uint64_t>(kMaxRecordPayload - within, out.size() - done));
+    const std::uint64_t file_offset =
+        data_start + record * (kRecordHeaderSize + kMaxRecordPayload) + kRecordHeaderSize + within;
+    PGRELAY_TRY(pread_all(fd, file_offset, out.data() + done, n, name));
+    done += n;
+  }
+  return {};
+}
+
 // --- SpillFile ---
 
 Status SpillFile::read(std::uint64_t offset, std::span<std::uint8_t> out) const {
@@ -27,20 +44,7 @@ Status SpillFile::read(std::uint64_t offset, std::span<std::uint8_t> out) const 
                                                      std::to_string(out.size()) + " bytes, size " +
                                                      std::to_string(data_size_));
   }
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const std::uint64_t at = offset + done;
-    const std::uint64_t record = at / kMaxRecordPayload;
-    const std::uint64_t within = at % kMaxRecordPayload;
-    const std::size_t n = static_cast<std::size_t>(
-        std::min<std::uint64_t>(kMaxRecordPayload - within, out.size() - done));
-    const std::uint64_t file_offset = spill_data_start(meta_size_) +
-                                      record * (kRecordHeaderSize + kMaxRecordPayload) +
-                                      kRecordHeaderSize + within;
-    PGRELAY_TRY(pread_all(file_.get(), file_offset, out.data() + done, n, name_));
-    done += n;
-  }
-  return {};
+  return read_spill_data(file_.get(), spill_data_start(meta_size_), offset, out, name_);
 }
 
 std::optional<SegmentImage> SpillFile::segment_image() const {
@@ -94,6 +98,12 @@ Result<SpillWriter> SpillWriter::create(const std::string& dir, const std::strin
   return SpillWriter(std::move(file), std::move(name), meta_size, linkable);
 }
 
+Result<FileHandle> SpillWriter::reopen_for_reading() const {
+  const int fd = ::fcntl(file_.get(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return io_error("duplicate the descriptor of spill file", name_, errno);
+  return FileHandle(fd);
+}
+
 Status SpillWriter::write_record(RecordType type, std::uint8_t flags, ByteView payload) {
   ByteWriter record;
   append_record(type, flags, payload, record);
@@ -141,7 +151,7 @@ Status SpillWriter::rewind(std::uint64_t size) {
     return {};
   }
   // The new end lies in the records: the record holding its last byte becomes the tail again.
-  const std::uint64_t keep = size == 0 ? 0 : (size - 1) / kMaxRecordPayload;
+  const std::uint64_t keep = spill_data_kept_in_records(size) / kMaxRecordPayload;
   const std::size_t tail = static_cast<std::size_t>(size - keep * kMaxRecordPayload);
   tail_.resize(tail);
   if (tail > 0) {

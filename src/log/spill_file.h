@@ -32,6 +32,17 @@ inline std::uint64_t spill_data_start(std::size_t meta_size) {
   return kSegmentHeaderSize + kRecordHeaderSize + meta_size;
 }
 
+// The data bytes that whole records of a spill file still hold after SpillWriter::rewind(size):
+// the record holding the new end goes back to memory, to be written again.
+inline std::uint64_t spill_data_kept_in_records(std::uint64_t size) {
+  return size == 0 ? 0 : (size - 1) / kMaxRecordPayload * kMaxRecordPayload;
+}
+
+// Reads `out.size()` data bytes from data offset `offset` of a spill file (or a segment in its
+// layout) whose first data record starts at file offset `data_start`, skipping record headers.
+Status read_spill_data(int fd, std::uint64_t data_start, std::uint64_t offset,
+                       std::span<std::uint8_t> out, const std::string& name);
+
 // A finished spill file. Its space is given back when this object is destroyed (the file has
 // no name), even after a crash, unless the log has linked it in as a segment.
 class SpillFile final : public DataSource {
@@ -74,6 +85,12 @@ class SpillWriter {
   SpillWriter& operator=(SpillWriter&&) = default;
 
   Status write(ByteView data);
+  // The data bytes in whole records of the file: they stay as they are unless rewound.
+  std::uint64_t size_in_records() const { return records_ * kMaxRecordPayload; }
+  // Another descriptor of the file, for reading it (pread only) while it is written.
+  Result<FileHandle> reopen_for_reading() const;
+  std::uint64_t data_start() const { return spill_data_start(meta_size_); }
+  const std::string& name() const { return name_; }
   // Drops the data past the first `size` bytes (a subtransaction rolled back).
   Status rewind(std::uint64_t size);
   std::uint64_t size() const { return records_ * kMaxRecordPayload + tail_.size(); }

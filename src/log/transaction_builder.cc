@@ -203,6 +203,13 @@ Status TransactionBuilder::start_spill() {
   return {};
 }
 
+Result<TransactionBuilder::SpillForReading> TransactionBuilder::spill_for_reading() const {
+  if (!spill_) return invalid("transaction " + std::to_string(header_.xid) + " has not spilled");
+  auto file = spill_->reopen_for_reading();
+  if (!file.ok()) return file.error();
+  return SpillForReading{std::move(*file), spill_->data_start(), spill_->name()};
+}
+
 Status TransactionBuilder::flush_spill() {
   if (Status st = spill_->write(out_.bytes()); !st.ok()) return failure(st.error());
   Bytes buf = std::move(out_).take();

@@ -104,6 +104,15 @@ class TransactionBuilder {
 
   bool in_transaction() const { return open_; }
   bool spilled() const { return spill_.has_value(); }
+  // While spilled: the data bytes that whole records of the spill file hold, and the file for
+  // reading them while the transaction goes on (InProgressWriter::attach).
+  std::uint64_t spill_readable() const { return spill_ ? spill_->size_in_records() : 0; }
+  struct SpillForReading {
+    FileHandle file;
+    std::uint64_t data_start = 0;
+    std::string name;
+  };
+  Result<SpillForReading> spill_for_reading() const;
   // Encoded bytes of the open transaction so far.
   std::uint64_t encoded_size() const { return size_; }
   std::uint32_t change_count() const { return count_; }
