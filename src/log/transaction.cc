@@ -152,6 +152,12 @@ void ChangeReader::take(std::size_t n) {
   note_capacity();
 }
 
+void ChangeReader::restart_at(std::uint64_t offset) {
+  buf_.clear();
+  piece_ = ByteView();
+  offset_ = offset;
+}
+
 void ChangeReader::feed(ByteView piece) {
   if (!piece_.empty()) take(piece_.size());
   piece_ = piece;

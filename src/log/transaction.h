@@ -109,9 +109,10 @@ class ChangeReader {
   std::uint32_t changes_read() const { return changes_read_; }
   // The data offset of the next change (after the last one next() returned).
   std::uint64_t offset() const { return offset_; }
-  // For data fed from `offset` on, not from the entry's start (a reader following a
-  // transaction in progress, InProgressReader, starts again where a rewind cut it).
-  void start_at(std::uint64_t offset) { offset_ = offset; }
+  // Drops what is buffered and unread, and goes on with data fed from `offset` (a change
+  // boundary it has passed): a reader of a transaction in progress (InProgressReader) reads
+  // again from where a rewind cut it. The Relations already read still describe what follows.
+  void restart_at(std::uint64_t offset);
   // Bytes of the partial change held now, and the most ever held (its buffer's capacity).
   std::size_t buffered() const { return buf_.size(); }
   std::size_t peak_buffer_size() const { return peak_; }
