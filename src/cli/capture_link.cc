@@ -59,8 +59,10 @@ std::string native_slot_name(std::uint64_t system_id) {
 
 Result<std::unique_ptr<NativeCaptureLink>> NativeCaptureLink::start(
     const upstream::UpstreamConfig& upstream, const std::string& schema,
-    const std::string& data_dir, log::ChangeLog& log, Logger* logger) {
+    const std::string& data_dir, log::ChangeLog& log, log::InProgressTransactions& in_progress,
+    Logger* logger) {
   capture::NativeCaptureOptions options;
+  options.in_progress = &in_progress;
   options.logger = logger;
   options.conninfo = upstream.conninfo();
   options.schema = schema;

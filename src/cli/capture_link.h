@@ -55,7 +55,9 @@ class NativeCaptureLink final : public ServeCapture {
   static Result<std::unique_ptr<NativeCaptureLink>> start(const upstream::UpstreamConfig& upstream,
                                                           const std::string& schema,
                                                           const std::string& data_dir,
-                                                          log::ChangeLog& log, Logger* logger);
+                                                          log::ChangeLog& log,
+                                                          log::InProgressTransactions& in_progress,
+                                                          Logger* logger);
 
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;

@@ -50,6 +50,7 @@ Result<bool> wants_native_capture(const ServeOptions& options,
 Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
                                                     const upstream::UpstreamConfig& upstream,
                                                     const std::string& dir, log::ChangeLog& log,
+                                                    log::InProgressTransactions& in_progress,
                                                     Logger& logger) {
   auto native = wants_native_capture(options, upstream, log, logger);
   if (!native.ok()) return native.error();
@@ -58,7 +59,7 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
                                             {"upstream", upstream.describe()},
                                             {"database", upstream.dbname},
                                             {"slot", native_slot_name(log.system_id())}});
-    auto link = NativeCaptureLink::start(upstream, options.schema, dir, log, &logger);
+    auto link = NativeCaptureLink::start(upstream, options.schema, dir, log, in_progress, &logger);
     if (!link.ok()) return link.error();
     const auto& setup = (*link)->setup_report();
     logger.info("native capture streaming",
@@ -218,7 +219,8 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   if (!change_log.ok()) return change_log.error();
   auto running = std::make_shared<Running>();
   running->log = std::move(*change_log);
-  auto capture = start_capture(options_, upstream, dir, *running->log, logger_);
+  auto capture =
+      start_capture(options_, upstream, dir, *running->log, running->in_progress, logger_);
   if (!capture.ok()) return capture.error();
   running->capture = std::move(*capture);
   const std::string relative =
@@ -233,6 +235,7 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   server::CapturedParts parts;
   parts.log = running->log.get();
   parts.capture = running->capture.get();
+  parts.in_progress = &running->in_progress;
   parts.owner = std::move(running);
   return parts;
 }

@@ -90,6 +90,7 @@ class DatabaseCaptures {
  private:
   struct Running {
     std::unique_ptr<log::ChangeLog> log;
+    log::InProgressTransactions in_progress;  // native capture's, for walsenders
     std::unique_ptr<ServeCapture> capture;
     ~Running() { capture.reset(); }  // the capture writes to the log: it stops first
   };

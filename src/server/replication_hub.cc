@@ -8,26 +8,30 @@ namespace pgrelay::server {
 ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking,
                                log::ChangeLog& log, log::SlotRegistry& slots,
                                WalsenderRegistry& walsenders, CaptureLink* capture,
-                               upstream::UpstreamConfig upstream)
+                               upstream::UpstreamConfig upstream,
+                               log::InProgressTransactions* in_progress)
     : executor_(std::move(executor)),
       blocking_(blocking),
       log_(log),
       slots_(slots),
       walsenders_(walsenders),
       capture_(capture),
-      upstream_(std::move(upstream)) {
+      upstream_(std::move(upstream)),
+      in_progress_(in_progress) {
   // The log calls this from the appending thread; hop to the executor before touching timers.
   // One wake-up in the executor's queue serves every append before it runs: the flag is
   // cleared before the walsenders are woken, and they read the log after that.
   std::weak_ptr<bool> alive = alive_;
   auto queued = std::make_shared<std::atomic<bool>>(false);
-  log_.on_visible([this, alive, queued, executor = executor_] {
+  auto wake = [this, alive, queued, executor = executor_] {
     if (queued->exchange(true)) return;
     asio::post(executor, [this, alive, queued] {
       queued->store(false);
       if (alive.lock()) wake_all();
     });
-  });
+  };
+  log_.on_visible(wake);
+  if (in_progress_ != nullptr) in_progress_->on_change(wake);
 }
 
 ReplicationHub::~ReplicationHub() {

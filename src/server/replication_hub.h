@@ -11,6 +11,7 @@
 
 #include "base/result.h"
 #include "log/change_log.h"
+#include "log/in_progress.h"
 #include "log/slots.h"
 #include "server/binary_values.h"
 #include "server/entry_encoder.h"
@@ -45,7 +46,8 @@ class ReplicationHub {
  public:
   ReplicationHub(asio::any_io_executor executor, asio::thread_pool& blocking, log::ChangeLog& log,
                  log::SlotRegistry& slots, WalsenderRegistry& walsenders, CaptureLink* capture,
-                 upstream::UpstreamConfig upstream);
+                 upstream::UpstreamConfig upstream,
+                 log::InProgressTransactions* in_progress = nullptr);
   ~ReplicationHub();
   ReplicationHub(const ReplicationHub&) = delete;
   ReplicationHub& operator=(const ReplicationHub&) = delete;
@@ -53,6 +55,9 @@ class ReplicationHub {
   log::ChangeLog& log() { return log_; }
   log::SlotRegistry& slots() { return slots_; }
   CaptureLink* capture() { return capture_; }
+  // Transactions capture shows while they arrive (null: none are); their growth wakes the
+  // watchers as the log's does.
+  log::InProgressTransactions* in_progress() { return in_progress_; }
   asio::thread_pool& blocking() { return blocking_; }
   // The upstream, its database this hub's.
   const upstream::UpstreamConfig& upstream() const { return upstream_; }
@@ -114,6 +119,7 @@ class ReplicationHub {
   WalsenderRegistry& walsenders_;
   CaptureLink* capture_;
   upstream::UpstreamConfig upstream_;
+  log::InProgressTransactions* in_progress_;
   upstream::LibpqPool side_connections_;
   EncodedEntryCache encoded_cache_{64u << 20};
   Lsn quiet_position_;

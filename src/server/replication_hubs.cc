@@ -71,7 +71,8 @@ Result<ReplicationHub*> ReplicationHubs::open(const std::string& database) {
   auto config = upstream_;
   config.dbname = database;
   auto hub = std::make_unique<ReplicationHub>(executor_, blocking_, *parts->log, slots_,
-                                              walsenders_, parts->capture, std::move(config));
+                                              walsenders_, parts->capture, std::move(config),
+                                              parts->in_progress);
   ReplicationHub* opened = hub.get();
   bool was_prepared = false;
   {

@@ -43,6 +43,8 @@ struct CapturedParts {
   log::ChangeLog* log = nullptr;
   CaptureLink* capture = nullptr;
   std::shared_ptr<void> owner;
+  // Transactions capture shows before they commit (native capture); may be null.
+  log::InProgressTransactions* in_progress = nullptr;
 };
 // Blocking: starts capturing `database` (its log opened or created).
 using CaptureStarter = std::function<Result<CapturedParts>(const std::string& database)>;

@@ -16,6 +16,7 @@
 #include "server/command_result.h"
 #include "server/entry_encoder.h"
 #include "server/entry_source.h"
+#include "server/in_progress_streamer.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
 
@@ -426,6 +427,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   asio::co_spawn(executor, read_consumer(client, hub, params.slot, state), asio::detached);
 
   SessionRelations relations;
+  InProgressStreamer streamer(hub.in_progress(), params.options);
   Lsn sent = start;  // walEnd of keepalives: never beyond a commit not yet sent
   Lsn told;          // the furthest position the consumer has been sent (Commit end, walEnd)
   Clock::time_point last_ping = Clock::time_point::min();
@@ -468,9 +470,34 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
       }
-      auto appended =
-          co_await send_entry(client, hub, params, session_view, source.cursor(), m,
-                              std::move((*next)->cached), relations, send_time, out, produced);
+      Status appended;
+      bool whole = true;
+      if (streamer.streamed(m, out)) {
+        // Streamed while it was in progress: the rest of it, then Stream Commit.
+        for (;;) {
+          const std::size_t before = out.size();
+          auto finished = streamer.finish(m, out, kWriteChunk, relations.sent);
+          if (!finished.ok()) {
+            appended = finished.error();
+            break;
+          }
+          produced += out.size() - before;
+          whole = *finished == InProgressStreamer::Finished::kSendWhole;
+          if (whole) break;
+          if (*finished == InProgressStreamer::Finished::kDone) break;
+          if (auto written = co_await client.write(out); !written.ok()) {
+            appended = written.error();
+            break;
+          }
+          out.clear();
+        }
+      }
+      streamer.end_block(out);
+      if (appended.ok() && whole) {
+        appended =
+            co_await send_entry(client, hub, params, session_view, source.cursor(), m,
+                                std::move((*next)->cached), relations, send_time, out, produced);
+      }
       if (!appended.ok()) {
         outcome = appended.error();
         // What the view refuses to send (a publication error Postgres raises while decoding
@@ -486,6 +513,22 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       told = std::max(told, m.end_lsn);  // its Commit carries the entry's end
     }
     if (!outcome.ok()) break;
+    // Caught up with the log: transactions still in progress go out in stream blocks.
+    bool more_streaming = false;
+    if (caught_up && !state->stopping && streamer.enabled()) {
+      auto streamed =
+          streamer.stream(session_view.view.options(), session_view.id, out, kWriteChunk);
+      if (!streamed.ok()) {
+        outcome = streamed.error();
+        streamer.end_block(out);
+        append_error(out, streamed.error());
+        append_ready(out);
+        (void)co_await client.write(out);
+        out.clear();
+        break;
+      }
+      more_streaming = *streamed;
+    }
     // Caught up, nothing the log holds is unsent: keepalives may go as far as the newest
     // consistent point, past which every later commit lands.
     if (caught_up && hub.quiet_position() > sent) sent = hub.quiet_position();
@@ -532,7 +575,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       info.reply_time = state->reply_time;
       hub.update_walsender(info);
     }
-    if (!caught_up) continue;
+    if (!caught_up || more_streaming) continue;
     if (state->stopping) {
       // Shutdown, as Postgres's WalSndDone does it: once everything is sent, ask the consumer
       // to confirm it, then end the COPY with CommandComplete "COPY 0" and close. Waiting is
@@ -540,6 +583,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       if (!stop_deadline) {
         stop_deadline = now + std::chrono::seconds(2);
         Bytes confirm_request;
+        streamer.end_block(confirm_request);
         append_keepalive(confirm_request, sent, true);
         (void)co_await client.write(confirm_request);
       }

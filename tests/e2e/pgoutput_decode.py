@@ -110,9 +110,36 @@ class _Unchanged:
 UNCHANGED_TOAST = _Unchanged()
 
 
-def decode_one(r):
-    """Decodes one message at r.pos; returns a dict with 'tag' and its fields."""
+STREAMED_TAGS = "RYIUDTM"
+
+
+def decode_one(r, in_stream=False):
+    """Decodes one message at r.pos; returns a dict with 'tag' and its fields. Inside a stream
+    block (between Stream Start and Stream Stop), a change's messages carry the xid of its
+    (sub)transaction first: it comes back as 'xid'."""
     tag = chr(r.u8())
+    if in_stream and tag in STREAMED_TAGS:
+        xid = r.u32()
+        msg = _decode_body(tag, r)
+        msg["xid"] = xid
+        return msg
+    return _decode_body(tag, r)
+
+
+def _decode_body(tag, r):
+    """The fields of a message after its type byte (and a streamed change's xid)."""
+    if tag == "S":
+        return {"tag": "S", "xid": r.u32(), "first": r.u8()}
+    if tag == "E":
+        return {"tag": "E"}
+    if tag == "c":
+        return {"tag": "c", "xid": r.u32(), "flags": r.u8(), "commit_lsn": r.u64(), "end_lsn": r.u64(),
+                "commit_time": r.i64()}
+    if tag == "A":
+        msg = {"tag": "A", "xid": r.u32(), "subxid": r.u32()}
+        if len(r.data) - r.pos >= 16:  # protocol 4, streaming = parallel
+            msg["abort_lsn"], msg["abort_time"] = r.u64(), r.i64()
+        return msg
     if tag == "B":
         return {"tag": "B", "final_lsn": r.u64(), "commit_time": r.i64(), "xid": r.u32()}
     if tag == "C":
@@ -168,11 +195,12 @@ def decode_one(r):
     raise DecodeError("unknown pgoutput message type %r at offset %d" % (tag, r.pos - 1))
 
 
-def decode_message(payload):
-    """One message that fills `payload` exactly (a psycopg2 msg.payload, an XLogData body)."""
+def decode_message(payload, in_stream=False):
+    """One message that fills `payload` exactly (a psycopg2 msg.payload, an XLogData body);
+    `in_stream`: it came inside a stream block."""
     r = Reader(payload)
     try:
-        msg = decode_one(r)
+        msg = decode_one(r, in_stream)
     except Incomplete:
         raise DecodeError("truncated %r message (%d bytes)" % (payload[:1], len(payload)))
     if r.pos != len(payload):

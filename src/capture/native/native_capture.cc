@@ -368,6 +368,9 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
       header.begin_lsn = data.wal_start;  // the block's first change
       header.xid = start->xid;
       PGRELAY_TRY(t->builder->begin(header));
+      if (options_.in_progress != nullptr) {
+        t->visible = options_.in_progress->open(start->xid, data.wal_start);
+      }
     }
     stream_xid_ = start->xid;
     in_stream_ = t.get();
@@ -389,6 +392,9 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     auto entry = t->builder->finish(commit->commit_lsn, commit->end_lsn);
     if (!entry.ok()) return entry.error();
     entry->meta.commit_time = commit->commit_time;
+    // Walsenders that streamed it find it in the log next, at these LSNs.
+    t->visible.finish(
+        {entry->data_size(), commit->commit_lsn, commit->end_lsn, commit->commit_time});
     queue(std::move(*entry), t->rows, true);
     return true;
   }
@@ -402,7 +408,10 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     StreamedTransaction& t = *it->second;
     for (std::size_t i = 0; i < t.subtransactions.size(); ++i) {
       if (t.subtransactions[i].xid != abort->subxid) continue;
+      // Readers are told before the file is cut.
+      t.visible.rewind(t.subtransactions[i].mark.size, abort->subxid);
       PGRELAY_TRY(t.builder->rewind(t.subtransactions[i].mark));
+      PGRELAY_TRY(show_progress(t));
       t.rows = t.subtransactions[i].rows;
       t.subtransactions.resize(i);
       break;
@@ -422,6 +431,12 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
         if constexpr (std::is_same_v<T, pgoutput::Relation> || std::is_same_v<T, pgoutput::Type>) {
           // Private to the transaction until it commits: pgoutput sends it again to the others.
           t.catalog.put(std::move(m));
+          return true;
+        } else if constexpr (std::is_same_v<T, pgoutput::Origin>) {
+          // pgoutput_stream_start sends the origin of a transaction replicated into the
+          // upstream inside its first block.
+          t.builder->set_origin(m.name, m.origin_lsn);
+          t.visible.set_origin(m.name);
           return true;
         } else if constexpr (std::is_same_v<T, pgoutput::Insert> ||
                              std::is_same_v<T, pgoutput::Update> ||
@@ -448,13 +463,27 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
               if (const pgoutput::Relation* known = catalog_.relation(oid)) t.catalog.put(*known);
             }
           }
+          t.visible.note_xid(t.builder->encoded_size(), xid);
           PGRELAY_TRY(t.builder->add(data.wal_start, std::move(m)));
+          PGRELAY_TRY(show_progress(t));
           return true;
         } else {
           return protocol_error("a message that has no place inside a stream block");
         }
       },
       message);
+}
+
+Status NativeCapture::show_progress(StreamedTransaction& t) {
+  if (!t.visible || !t.builder->spilled()) return {};
+  if (!t.attached) {
+    auto file = t.builder->spill_for_reading();
+    if (!file.ok()) return file.error();
+    t.visible.attach(std::move(file->file), file->data_start, std::move(file->name));
+    t.attached = true;
+  }
+  t.visible.set_readable(t.builder->spill_readable());
+  return {};
 }
 
 void NativeCapture::queue(log::BuiltEntry entry, std::uint64_t rows, bool streamed) {

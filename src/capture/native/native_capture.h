@@ -54,6 +54,7 @@
 #include "capture/trigger/capture_service.h"
 #include "capture/trigger/pg_session.h"
 #include "log/change_log.h"
+#include "log/in_progress.h"
 #include "log/transaction_builder.h"
 #include "pgoutput/decoder.h"
 
@@ -78,6 +79,9 @@ struct NativeCaptureOptions {
   std::size_t batch_bytes = 8ull << 20;
   // Ask a PostgreSQL 14+ upstream to stream large transactions before they commit (see above).
   bool stream_in_progress = true;
+  // Where such a transaction is shown to walsenders while it arrives, once it spills (they
+  // stream it on to consumers that ask for streaming); null: nowhere. Outlives the capture.
+  log::InProgressTransactions* in_progress = nullptr;
   std::chrono::milliseconds sync_timeout{60000};
   // Where errors the capture retries are reported (each new one once); may be null.
   Logger* logger = nullptr;
@@ -172,7 +176,11 @@ class NativeCapture {
     };
     std::vector<Subtransaction> subtransactions;
     std::uint64_t rows = 0;
+    log::InProgressWriter visible;  // its showing to walsenders (options_.in_progress)
+    bool attached = false;          // `visible` reads its spill file
   };
+  // Shows walsenders what the transaction's spill file holds now.
+  Status show_progress(StreamedTransaction& t);
   std::map<pgoutput::Xid, std::unique_ptr<StreamedTransaction>> streamed_;
   pgoutput::Xid stream_xid_ = 0;  // the block being read, when in_stream_
   StreamedTransaction* in_stream_ = nullptr;
