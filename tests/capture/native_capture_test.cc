@@ -240,6 +240,29 @@ TEST(NativeCaptureTest, StreamsLargeTransactionsAsTheyRunAndDropsWhatAborted) {
   EXPECT_EQ(got, logged_inserts(whole_log.log()));
 }
 
+// pgoutput counts a Relation it sent inside a streamed transaction as sent once that commits:
+// the next transaction of the table comes without one, and is built with that Relation.
+TEST(NativeCaptureTest, ARelationSentOnlyInsideAStreamedTransactionDescribesTheNextOne) {
+  test::PgServerOptions server_options;
+  server_options.settings["logical_decoding_work_mem"] = "'64kB'";
+  test::PgServer server(server_options);
+  server.exec("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION p FOR TABLE t");
+  TempLog log;
+  auto capture = NativeCapture::start(options_for(server, log), log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  // The slot's first change of t is in a streamed transaction.
+  server.exec("INSERT INTO t SELECT g, repeat('v', 100) FROM generate_series(1, 3000) g");
+  server.exec("INSERT INTO t VALUES (5001, 'small')");
+  ASSERT_TRUE((*capture)->sync().ok());
+  const auto stats = (*capture)->stats();
+  EXPECT_EQ(stats.streamed, 1u);
+  EXPECT_EQ(stats.reconnects, 0u);
+  EXPECT_EQ(stats.last_error, "");
+  const auto got = logged_inserts(log.log());
+  ASSERT_EQ(got.size(), 3001u);
+  EXPECT_EQ(got.back().second, "5001");
+}
+
 // The upstream connection breaks mid-stream: the capture reconnects and goes on where the log
 // ends.
 TEST(NativeCaptureTest, ReconnectsAfterTheWalsenderIsTerminated) {

@@ -388,6 +388,10 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     }
     std::unique_ptr<StreamedTransaction> t = std::move(it->second);
     streamed_.erase(it);
+    // pgoutput counts what it sent in the blocks as sent once they commit, and does not send it
+    // again before the next change of schema: later transactions are built with it.
+    for (pgoutput::Oid oid : t->sent_types) catalog_.put(*t->catalog.type(oid));
+    for (pgoutput::Oid oid : t->sent_relations) catalog_.put(*t->catalog.relation(oid));
     if (commit->commit_lsn <= last_commit) return true;  // already in the log
     auto entry = t->builder->finish(commit->commit_lsn, commit->end_lsn);
     if (!entry.ok()) return entry.error();
@@ -430,6 +434,8 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, pgoutput::Relation> || std::is_same_v<T, pgoutput::Type>) {
           // Private to the transaction until it commits: pgoutput sends it again to the others.
+          auto& sent = std::is_same_v<T, pgoutput::Relation> ? t.sent_relations : t.sent_types;
+          if (std::find(sent.begin(), sent.end(), m.oid) == sent.end()) sent.push_back(m.oid);
           t.catalog.put(std::move(m));
           return true;
         } else if constexpr (std::is_same_v<T, pgoutput::Origin>) {

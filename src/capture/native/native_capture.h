@@ -176,6 +176,9 @@ class NativeCapture {
     };
     std::vector<Subtransaction> subtransactions;
     std::uint64_t rows = 0;
+    // The Relations and Types its blocks sent: the upstream takes them as known after the
+    // Stream Commit (pgoutput marks them sent), so they join the catalog then.
+    std::vector<pgoutput::Oid> sent_relations, sent_types;
     log::InProgressWriter visible;  // its showing to walsenders (options_.in_progress)
     bool attached = false;          // `visible` reads its spill file
   };
