@@ -275,6 +275,13 @@ bool InProgressStreamer::streamed(const log::EntryMeta& meta, Bytes& out) {
   bool found = false;
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& s = *it->second;
+    if (s.reader.phase() == log::InProgressPhase::kAborted) {
+      // It rolled back before this entry committed: its Stream Abort goes first, as the
+      // upstream's abort record came first.
+      abort_stream(s, out);
+      it = streams_.erase(it);
+      continue;
+    }
     const auto commit = s.reader.commit();
     if (!commit) {
       ++it;

@@ -62,7 +62,8 @@ class InProgressStreamer {
   void end_block(Bytes& out);
 
   // For a log entry about to be sent: whether this consumer was streamed part of it (then
-  // send it with finish()). Streams the log has passed without their entry are aborted here.
+  // send it with finish()). Streams the log has passed without their entry, and those rolled
+  // back, are aborted here first.
   bool streamed(const log::EntryMeta& meta, Bytes& out);
   enum class Finished { kMore, kDone, kSendWhole };
   // Sends the rest of a streamed transaction, then its Stream Commit: call until it is not
