@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "log/spill_file.h"
+#include "log/transaction_builder.h"
 
 namespace pgrelay::log {
 namespace in_progress_detail {
@@ -43,6 +44,8 @@ InProgressWriter& InProgressWriter::operator=(InProgressWriter&& other) noexcept
     if (shared_) end(InProgressPhase::kAborted, nullptr);
     shared_ = std::move(other.shared_);
     owner_ = other.owner_;
+    attached_ = other.attached_;
+    shown_ = other.shown_;
   }
   return *this;
 }
@@ -96,6 +99,7 @@ void InProgressWriter::rewind(std::uint64_t size, std::uint32_t subxid) {
     std::lock_guard lock(shared_->mu);
     ++shared_->rewinds;
     shared_->readable = std::min(shared_->readable, spill_data_kept_in_records(size));
+    shown_ = shared_->readable;
     auto& runs = shared_->runs;
     runs.erase(
         std::find_if(runs.begin(), runs.end(), [&](const XidRun& r) { return r.offset >= size; }),
@@ -107,6 +111,23 @@ void InProgressWriter::rewind(std::uint64_t size, std::uint32_t subxid) {
     }
   }
   owner_->notify();
+}
+
+Status InProgressWriter::show(const TransactionBuilder& builder) {
+  if (!shared_ || !builder.spilled()) return {};
+  if (!attached_) {
+    auto file = builder.spill_for_reading();
+    if (!file.ok()) return file.error();
+    attach(std::move(file->file), file->data_start, std::move(file->name));
+    attached_ = true;
+  }
+  // Called once per change: the lock is taken only when a record was written.
+  const std::uint64_t readable = builder.spill_readable();
+  if (readable != shown_) {
+    set_readable(readable);
+    shown_ = readable;
+  }
+  return {};
 }
 
 void InProgressWriter::finish(const InProgressCommit& commit) {

@@ -59,6 +59,7 @@ struct InProgressCommit {
 };
 
 class InProgressTransactions;
+class TransactionBuilder;
 
 namespace in_progress_detail {
 struct Shared;
@@ -70,7 +71,10 @@ class InProgressWriter {
  public:
   InProgressWriter() = default;
   InProgressWriter(InProgressWriter&& other) noexcept
-      : shared_(std::move(other.shared_)), owner_(other.owner_) {}
+      : shared_(std::move(other.shared_)),
+        owner_(other.owner_),
+        attached_(other.attached_),
+        shown_(other.shown_) {}
   InProgressWriter& operator=(InProgressWriter&& other) noexcept;
   ~InProgressWriter();
   explicit operator bool() const { return shared_ != nullptr; }
@@ -89,6 +93,10 @@ class InProgressWriter {
   // file is truncated: what is readable drops to the records before the one holding `size`.
   void rewind(std::uint64_t size, std::uint32_t subxid);
   void finish(const InProgressCommit& commit);
+  // Shows what `builder`'s spill file holds now (nothing before it spills): attaches the file
+  // the first time, then sets what is readable. Call after each change added, and after a
+  // rewind (which goes before the builder's own).
+  Status show(const TransactionBuilder& builder);
   void abort();
 
  private:
@@ -100,6 +108,8 @@ class InProgressWriter {
 
   std::shared_ptr<in_progress_detail::Shared> shared_;
   InProgressTransactions* owner_ = nullptr;
+  bool attached_ = false;    // show() attached the builder's spill file
+  std::uint64_t shown_ = 0;  // what show() last made readable
 };
 
 // A transaction in progress as the registry lists it: follow it with an InProgressReader.

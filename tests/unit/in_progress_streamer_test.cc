@@ -102,16 +102,7 @@ class Capture {
     o.spill_threshold = 64 * 1024;
     return o;
   }
-  void show() {
-    if (!builder_.spilled()) return;
-    if (!attached_) {
-      auto file = builder_.spill_for_reading();
-      ASSERT_TRUE(file.ok());
-      writer_.attach(std::move(file->file), file->data_start, file->name);
-      attached_ = true;
-    }
-    writer_.set_readable(builder_.spill_readable());
-  }
+  void show() { ASSERT_TRUE(writer_.show(builder_).ok()); }
 
   log::SchemaCatalog catalog_;
   log::TransactionBuilder builder_;
@@ -119,7 +110,6 @@ class Capture {
   log::InProgressWriter writer_;
   log::BuiltEntry entry_;
   std::uint32_t xid_;
-  bool attached_ = false;
 };
 
 // A consumer of protocol 2 with streaming: decodes (and so checks) what was sent.

@@ -60,23 +60,13 @@ BuilderOptions spilling(const TempDir& dir) {
 struct Shown {
   TransactionBuilder& builder;
   InProgressWriter& writer;
-  bool attached = false;
 
   void add(int id, std::uint32_t xid, std::size_t size = 300) {
     writer.note_xid(builder.encoded_size(), xid);
     ASSERT_TRUE(builder.add(Lsn(0x1000 + static_cast<std::uint64_t>(id)), insert(id, size)).ok());
     show();
   }
-  void show() {
-    if (!builder.spilled()) return;
-    if (!attached) {
-      auto file = builder.spill_for_reading();
-      ASSERT_TRUE(file.ok()) << file.error().to_string();
-      writer.attach(std::move(file->file), file->data_start, file->name);
-      attached = true;
-    }
-    writer.set_readable(builder.spill_readable());
-  }
+  void show() { ASSERT_TRUE(writer.show(builder).ok()); }
   void rewind(const TransactionBuilder::Mark& mark, std::uint32_t subxid) {
     writer.rewind(mark.size, subxid);
     ASSERT_TRUE(builder.rewind(mark).ok());

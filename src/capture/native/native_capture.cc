@@ -415,7 +415,7 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
       // Readers are told before the file is cut.
       t.visible.rewind(t.subtransactions[i].mark.size, abort->subxid);
       PGRELAY_TRY(t.builder->rewind(t.subtransactions[i].mark));
-      PGRELAY_TRY(show_progress(t));
+      PGRELAY_TRY(t.visible.show(*t.builder));
       t.rows = t.subtransactions[i].rows;
       t.subtransactions.resize(i);
       break;
@@ -471,25 +471,13 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
           }
           t.visible.note_xid(t.builder->encoded_size(), xid);
           PGRELAY_TRY(t.builder->add(data.wal_start, std::move(m)));
-          PGRELAY_TRY(show_progress(t));
+          PGRELAY_TRY(t.visible.show(*t.builder));
           return true;
         } else {
           return protocol_error("a message that has no place inside a stream block");
         }
       },
       message);
-}
-
-Status NativeCapture::show_progress(StreamedTransaction& t) {
-  if (!t.visible || !t.builder->spilled()) return {};
-  if (!t.attached) {
-    auto file = t.builder->spill_for_reading();
-    if (!file.ok()) return file.error();
-    t.visible.attach(std::move(file->file), file->data_start, std::move(file->name));
-    t.attached = true;
-  }
-  t.visible.set_readable(t.builder->spill_readable());
-  return {};
 }
 
 void NativeCapture::queue(log::BuiltEntry entry, std::uint64_t rows, bool streamed) {

@@ -180,10 +180,7 @@ class NativeCapture {
     // Stream Commit (pgoutput marks them sent), so they join the catalog then.
     std::vector<pgoutput::Oid> sent_relations, sent_types;
     log::InProgressWriter visible;  // its showing to walsenders (options_.in_progress)
-    bool attached = false;          // `visible` reads its spill file
   };
-  // Shows walsenders what the transaction's spill file holds now.
-  Status show_progress(StreamedTransaction& t);
   std::map<pgoutput::Xid, std::unique_ptr<StreamedTransaction>> streamed_;
   pgoutput::Xid stream_xid_ = 0;  // the block being read, when in_stream_
   StreamedTransaction* in_stream_ = nullptr;
