@@ -3,8 +3,9 @@
 
 The rules are the narrow ones the README documents, each stated once here: a native slot also
 carries pgrelay's own writes upstream (native_view drops them), trigger capture numbers its own
-LSNs, xids and commit times (positionless), and when an unchanged Relation is sent again is each
-sender's choice (in_force).
+LSNs, xids and commit times (positionless), when an unchanged Relation is sent again is each
+sender's choice (in_force), and so is whether, when and in how many blocks a transaction is
+streamed before its commit (assembled).
 """
 
 import select
@@ -31,9 +32,11 @@ class Stream:
         self.opts = {"proto_version": "1", "publication_names": publication, "messages": "true"}
         self.opts.update(options or {})
         self.messages = []
+        self.in_block = False  # between Stream Start and Stream Stop: changes carry an xid
         self.start(url, 0)
 
     def start(self, url, lsn):
+        self.in_block = False
         self.conn = replication(url)
         self.cur = self.conn.cursor()
         self.cur.start_replication(slot_name=self.slot, decode=False, start_lsn=lsn, options=self.opts)
@@ -48,28 +51,72 @@ class Stream:
             self.conn.close()
         except psycopg2.Error:
             pass
-        last = max((i for i, m in enumerate(self.messages) if m["tag"] == "C"), default=None)
+        last = max((i for i, m in enumerate(self.messages) if m["tag"] in ("C", "c")), default=None)
         lsn = 0 if last is None else self.messages[last]["end_lsn"]
         del self.messages[0 if last is None else last + 1:]
         self.start(url, lsn)
 
     def read_until(self, prefix, timeout=120):
-        """Reads through the transactional message `prefix`."""
+        """Reads through the transactional message `prefix` and the Commit of its transaction,
+        so that a consumer resuming from its last Commit (resume) goes on after it, never from
+        before the schema change a read-through follows."""
         deadline = time.monotonic() + timeout
+        found = False
         while time.monotonic() < deadline:
             msg = self.cur.read_message()
             if msg is None:
                 select.select([self.cur], [], [], 0.2)
                 continue
-            m = decode_message(msg.payload)
+            m = decode_message(msg.payload, self.in_block)
+            if m["tag"] in ("S", "E"):
+                self.in_block = m["tag"] == "S"
             self.messages.append(m)
             if m["tag"] == "M" and m["prefix"] == prefix:
+                found = True
+            if found and m["tag"] in ("C", "c"):
                 return self.messages
         raise AssertionError("%s: no %r message in %d s (%d messages read)"
                              % (self.what, prefix, timeout, len(self.messages)))
 
     def close(self):
         self.conn.close()
+
+
+def assembled(messages):
+    """The stream with each streamed transaction whole, at its Stream Commit, as a subscriber
+    applies it: Begin (its commit LSN, commit time, xid), the changes its blocks sent (without
+    their xids; a subtransaction's Stream Abort drops from that subtransaction's first change on,
+    as worker.c truncates its file), Commit. A Stream Abort of the whole transaction drops it;
+    a first Stream Start starts it over (a consumer that reconnected is streamed it again).
+    Whether and when a sender streams a transaction is its own choice: Postgres past
+    logical_decoding_work_mem, pgrelay past its spill threshold."""
+    streams, out, block = {}, [], None
+    for m in messages:
+        tag = m["tag"]
+        if tag == "S":
+            block = m["xid"]
+            if m["first"] or block not in streams:
+                streams[block] = []
+        elif tag == "E":
+            block = None
+        elif tag == "A":
+            changes = streams.get(m["xid"], [])
+            if m["subxid"] == m["xid"]:
+                streams.pop(m["xid"], None)
+            else:
+                first = next((i for i, (x, _) in enumerate(changes) if x == m["subxid"]), None)
+                if first is not None:
+                    del changes[first:]
+        elif tag == "c":
+            out.append({"tag": "B", "final_lsn": m["commit_lsn"], "commit_time": m["commit_time"], "xid": m["xid"]})
+            out += [change for _, change in streams.pop(m["xid"], [])]
+            out.append({"tag": "C", "flags": m["flags"], "commit_lsn": m["commit_lsn"], "end_lsn": m["end_lsn"],
+                        "commit_time": m["commit_time"]})
+        elif block is not None:
+            streams[block].append((m.get("xid"), {k: v for k, v in m.items() if k != "xid"}))
+        else:
+            out.append(m)
+    return out
 
 
 def in_force(messages):
@@ -100,10 +147,14 @@ def native_view(theirs):
     """A native slot's messages less pgrelay's own writes upstream, which no stream through
     pgrelay carries (README): the changes of its bookkeeping tables (in FOR ALL TABLES), its
     logical messages (native capture's barriers, the marks of publication changes), and the
-    transactions that leaves empty."""
+    transactions that leaves empty. Also left out: a streamed transaction that published
+    nothing, which Postgres 15 still streams (pgoutput_stream_start writes its Stream Start
+    before any change; only transactions sent whole are skipped when empty), and pgrelay, which
+    starts a stream at its first published change, does not."""
     own = {m["oid"] for m in theirs if m["tag"] == "R" and m["schema"] == "_pgrelay"}
     theirs = [m for m in theirs if m.get("relid") not in own and m.get("oid") not in own
               and not (m["tag"] == "M" and m["prefix"] in PGRELAY_OWN_MESSAGES)]
+    theirs = assembled(theirs)
     return [m for i, m in enumerate(theirs)
             if not (m["tag"] == "B" and i + 1 < len(theirs) and theirs[i + 1]["tag"] == "C")
             and not (m["tag"] == "C" and i > 0 and theirs[i - 1]["tag"] == "B")]
@@ -123,8 +174,30 @@ def positionless(messages):
     return out
 
 
-def compared(mode, messages):
+def renamed_schemas(messages, renames):
+    """Relations with each schema name a scenario renamed (`renames`: old name -> new) given
+    as the name it has at the end. After ALTER SCHEMA .. RENAME, pgoutput keeps sending a
+    table's old schema name until something invalidates that table's relation cache entry (the
+    namespace invalidation only revalidates publications), and when that happens differs between
+    a native slot and pgrelay's upstream slot (pgrelay's mirror publication, the upstream
+    streaming a transaction to native capture): a consumer may learn the new name later or
+    sooner, never a wrong one."""
+    if not renames:
+        return messages
+    out = []
+    for m in messages:
+        if m["tag"] == "R":
+            schema = m["schema"]
+            while schema in renames:
+                schema = renames[schema]
+            m = dict(m, schema=schema)
+        out.append(m)
+    return out
+
+
+def compared(mode, messages, schema_renames=None):
     """(the changes alone, the whole stream) as a mode's streams are compared with a native slot's."""
+    messages = renamed_schemas(assembled(messages), schema_renames)
     whole = in_force(messages) if mode == "native" else positionless(messages)
     return [m for m in whole if m["tag"] not in ("B", "C")], whole
 
