@@ -72,6 +72,7 @@ struct Settings {
   std::string payload = kDefaultPayload;
   bool payload_length_only = false;  // --payload-any: rows carry other text of that length
   std::int64_t rows_per_transaction = 1;
+  bool streaming = false;  // --streaming: protocol 2+, streaming 'on' (stream blocks accepted)
 };
 
 std::int64_t now_unix_us() {
@@ -237,6 +238,24 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
       static_cast<std::int32_t>(std::clamp<std::int64_t>(now - ts, INT32_MIN, INT32_MAX)));
 }
 
+// A transaction's end, at Commit or Stream Commit.
+void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn) {
+  if (end_lsn <= s.last_end_lsn) {
+    fail(s.where() + ": commit end LSN " + end_lsn.to_string() + " not after " +
+         s.last_end_lsn.to_string());
+  }
+  // Every workload transaction inserts the same number of rows; other transactions (a
+  // TRUNCATE) change none.
+  if (s.changes_in_txn != 0 && s.changes_in_txn != cfg.rows_per_transaction) {
+    fail(s.where() + ": a transaction carried " + std::to_string(s.changes_in_txn) +
+         " bench inserts, the workload writes " + std::to_string(cfg.rows_per_transaction) +
+         " per transaction");
+  }
+  s.in_txn = false;
+  s.last_end_lsn = end_lsn;
+  ++s.transactions;
+}
+
 void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std::int64_t now) {
   ++s.messages;
   if (const auto* b = std::get_if<pgoutput::Begin>(&m)) {
@@ -244,22 +263,23 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
     if (s.in_txn) fail(s.where() + ": Begin inside a transaction");
     s.in_txn = true;
     s.changes_in_txn = 0;
+  } else if (const auto* start = std::get_if<pgoutput::StreamStart>(&m)) {
+    // One streamed transaction at a time in these workloads: its blocks stand for Begin.
+    if (start->first_segment) {
+      if (s.in_txn) fail(s.where() + ": a first Stream Start inside a transaction");
+      s.in_txn = true;
+      s.changes_in_txn = 0;
+    } else if (!s.in_txn) {
+      fail(s.where() + ": a later Stream Start of a transaction never started");
+    }
+  } else if (std::holds_alternative<pgoutput::StreamAbort>(m)) {
+    fail(s.where() + ": Stream Abort (the workload's transactions all commit)");
+  } else if (const auto* sc = std::get_if<pgoutput::StreamCommit>(&m)) {
+    if (!s.in_txn) fail(s.where() + ": Stream Commit of a transaction never started");
+    on_commit(s, cfg, sc->end_lsn);
   } else if (const auto* c = std::get_if<pgoutput::Commit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Commit without Begin");
-    if (c->end_lsn <= s.last_end_lsn) {
-      fail(s.where() + ": commit end LSN " + c->end_lsn.to_string() + " not after " +
-           s.last_end_lsn.to_string());
-    }
-    // Every workload transaction inserts the same number of rows; other transactions (a
-    // TRUNCATE) change none.
-    if (s.changes_in_txn != 0 && s.changes_in_txn != cfg.rows_per_transaction) {
-      fail(s.where() + ": a transaction carried " + std::to_string(s.changes_in_txn) +
-           " bench inserts, the workload writes " + std::to_string(cfg.rows_per_transaction) +
-           " per transaction");
-    }
-    s.in_txn = false;
-    s.last_end_lsn = c->end_lsn;
-    ++s.transactions;
+    on_commit(s, cfg, c->end_lsn);
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
     // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
@@ -354,7 +374,7 @@ struct StartGate {
 
 struct GroupTimes {
   double first = 0;  // first insert received
-  double last = 0;   // last insert received
+  double last = 0;   // last insert received, or the commit that completed its transaction
 };
 
 // Reads one share of the streams in one poll() loop until each has delivered --expect inserts.
@@ -388,10 +408,12 @@ GroupTimes read_streams(const std::vector<Stream*>& streams, const Settings& cfg
         }
       }
       if (s.state == State::kStreaming && fds[i].revents != 0) {
-        std::int64_t before = s.inserts;
+        const std::int64_t before = s.inserts, transactions_before = s.transactions;
         drain(s, cfg);
-        if (s.inserts > before) {
-          if (times.first == 0) times.first = now;
+        if (s.inserts > before && times.first == 0) times.first = now;
+        // The last change counts once its transaction is complete: a streamed one's rows
+        // arrive before its commit, and the Stream Commit is what makes them usable.
+        if (s.inserts > before || s.transactions > transactions_before) {
           times.last = steady_seconds();
         }
         if (s.state == State::kDone) ++done;
@@ -462,6 +484,8 @@ bool parse_args(int argc, char** argv, Settings& s) {
       payload_length = std::atoll(next().c_str());
     else if (a == "--payload-any")
       s.payload_length_only = true;
+    else if (a == "--streaming")
+      s.streaming = true;
     else if (a == "--rows-per-transaction")
       s.rows_per_transaction = std::atoll(next().c_str());
     else if (a == "--cpu-pid") {
@@ -481,6 +505,7 @@ bool parse_args(int argc, char** argv, Settings& s) {
     s.payload.resize(static_cast<std::size_t>(payload_length));
   }
   if (s.rows_per_transaction < 1) return false;
+  if (s.streaming && s.proto < 2) s.proto = 2;  // the first version that streams
   return !s.conninfo.empty() && s.expect > 0 && s.consumers > 0 && s.proto >= 1 && s.proto <= 4;
 }
 
@@ -494,7 +519,7 @@ int main(int argc, char** argv) {
                  "[--slot-prefix P] [--publication NAME] [--proto V] [--ready-file F] "
                  "[--wait-file F] [--cpu-pid LABEL=PID]... [--stall-seconds S] "
                  "[--timeout-seconds S] [--payload TEXT] [--payload-length L] "
-                 "[--rows-per-transaction N] [--threads T]\n");
+                 "[--rows-per-transaction N] [--threads T] [--streaming]\n");
     return 2;
   }
   std::vector<std::unique_ptr<Stream>> streams;
@@ -537,7 +562,8 @@ int main(int argc, char** argv) {
   for (auto& s : streams) {
     std::string start = "START_REPLICATION SLOT " + quoted_ident(s->slot) +
                         " LOGICAL 0/0 (proto_version '" + std::to_string(cfg.proto) +
-                        "', publication_names " + "'" + quoted_ident(cfg.publication) + "')";
+                        "', publication_names " + "'" + quoted_ident(cfg.publication) + "'" +
+                        (cfg.streaming ? ", streaming 'on')" : ")");
     if (PQsetnonblocking(s->conn, 1) != 0 || PQsendQuery(s->conn, start.c_str()) != 1) {
       fail(s->where() + ": START_REPLICATION could not be sent: " + PQerrorMessage(s->conn));
     }

@@ -31,6 +31,9 @@
 #     (sampled every 50 ms). BULK_DATA=random writes text that does not compress (md5 hex of
 #     random numbers, staged in an unlogged table before the timing) instead of repeat('x').
 #     BULK_TOAST_MB adds a run of one transaction of that many MiB in 1 MiB values (TOAST).
+#     BULK_STREAM=1 adds a run of the same transaction read by a consumer that asks for
+#     streaming (protocol 2, streaming 'on'): native and pgrelay (native capture) then send it in
+#     stream blocks while it runs, and commit -> last is commit -> Stream Commit received.
 #  4. one table with pgrelay/native ratios and the issue's targets.
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
@@ -39,7 +42,7 @@
 # BULK_ROWS (default 1000000; 0 skips the bulk run), BULK_PAYLOAD (default 200),
 # BULK_DATA (repeat, the default, or random), BENCH_PARTITIONS (default 0: a plain table; N: the
 # table is hash-partitioned into N partitions, which only native capture streams: CAPTURES=native),
-# BULK_TOAST_MB (default 0: no TOAST run), RUNS (default "fanout live latency bulk"),
+# BULK_TOAST_MB (default 0: no TOAST run), BULK_STREAM (default 0: no streaming run), RUNS (default "fanout live latency bulk"),
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
@@ -61,6 +64,7 @@ BULK_PAYLOAD=${BULK_PAYLOAD:-200}
 BULK_DATA=${BULK_DATA:-repeat}
 BENCH_PARTITIONS=${BENCH_PARTITIONS:-0}
 BULK_TOAST_MB=${BULK_TOAST_MB:-0}
+BULK_STREAM=${BULK_STREAM:-0}
 RUNS=${RUNS:-"fanout live latency bulk"}
 CAPTURE=""  # the mode of the pgrelay running now
 BIN=/usr/lib/postgresql/15/bin
@@ -249,16 +253,18 @@ measure() {
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # One transaction of ROWS rows of PAYLOAD bytes, committed while one consumer streams.
-#   measure_bulk SYSTEM RUN ROWS PAYLOAD
+#   measure_bulk SYSTEM RUN ROWS PAYLOAD [CONSUMER OPTION...]
 measure_bulk() {
   local sys=$1 run=$2 rows=$3 payload=$4
+  shift 4
+  local consumer_args=("$@")
   local dir="$OUT/$sys.$run" conn idle=0 sampler="" t0 t1 peak
   mkdir -p "$dir"
   rm -f "$dir/ready" "$dir/done" "$dir/rss"
   reset_table
   if [ "$sys" = native ]; then conn=$PG_CONN; else conn=$RELAY_CONN; fi
   local value="repeat('x', $payload)" from="generate_series(1, $rows) x(g)" any=()
-  if [ "$BULK_DATA" = random ] && [ "$run" = bulk ]; then
+  if [ "$BULK_DATA" = random ] && [ "$run" != toast ]; then
     # Each row's own digits, ready before the timing: the INSERT only copies them.
     pg -c "DROP TABLE IF EXISTS bulk_source; CREATE UNLOGGED TABLE bulk_source AS SELECT g,
       left((SELECT string_agg(md5(random()::text), '') FROM generate_series(0, $payload / 32) WHERE g > 0), $payload) AS p
@@ -270,7 +276,7 @@ measure_bulk() {
   "$CONSUMER" --conninfo "$conn" --consumers 1 --slot-prefix "bench_${run}" --publication bench_pub \
     --expect "$rows" --rows-per-transaction "$rows" --payload x --payload-length "$payload" "${any[@]}" \
     --ready-file "$dir/ready" --stall-seconds 900 --timeout-seconds 1800 --threads 1 \
-    >"$dir/consumer.out" 2>"$dir/consumer.err" &
+    "${consumer_args[@]}" >"$dir/consumer.out" 2>"$dir/consumer.err" &
   local cpid=$!
   CONSUMER_PID=$cpid
   wait_file "$dir/ready" "$cpid" 300 || { wait "$cpid" || true; die "$sys $run: consumer did not get ready: $(tail -3 "$dir/consumer.err")"; }
@@ -316,6 +322,9 @@ run_system() {
   [[ " $RUNS " == *" latency "* ]] && measure "$sys" latency live 1 "$LAT_N" "$PER_CLIENT_LAT" -R "$LAT_RATE"
   if [[ " $RUNS " == *" bulk "* ]]; then
     [ "$BULK_ROWS" -gt 0 ] && measure_bulk "$sys" bulk "$BULK_ROWS" "$BULK_PAYLOAD"
+    if [ "$BULK_ROWS" -gt 0 ] && [ "$BULK_STREAM" = 1 ]; then
+      measure_bulk "$sys" stream "$BULK_ROWS" "$BULK_PAYLOAD" --streaming
+    fi
     if [ "$BULK_TOAST_MB" -gt 0 ]; then
       # Uncompressed, so that the transaction really holds that many bytes of TOAST.
       pg -c "ALTER TABLE bench ALTER COLUMN payload SET STORAGE EXTERNAL" || die "could not set STORAGE EXTERNAL"
@@ -386,9 +395,13 @@ table() {  # capture mode
   done
   if [[ " $RUNS " == *" bulk "* ]]; then
     local run rows
-    for run in bulk toast; do
+    for run in bulk stream toast; do
       [ -n "${R[native.$run.write_s]:-}" ] || continue
-      if [ "$run" = bulk ]; then rows="$BULK_ROWS x ${BULK_PAYLOAD} B"; else rows="$BULK_TOAST_MB x 1 MiB"; fi
+      case $run in
+        bulk) rows="$BULK_ROWS x ${BULK_PAYLOAD} B" ;;
+        stream) rows="the same, consumer streaming" ;;
+        toast) rows="$BULK_TOAST_MB x 1 MiB" ;;
+      esac
       if [ "$mode" = trigger ]; then target=1.5; else target=1.1; fi
       row "$run ($rows, 1 tx): INSERT s, capture off" "$(v native.$run.write_s)" "$(v $P.$run.write_s)" \
         "$([ "$mode" = trigger ] && echo "<= 2: $(verdict 'a <= 2 * b' "$(v $P.$run.write_s)" "$(v native.$run.write_s)")")"
