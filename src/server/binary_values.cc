@@ -192,7 +192,8 @@ Status BinaryConverter::convert(const std::string& conninfo,
   chunk.reserve(std::min(values.size(), kMaxValuesPerQuery));
   for (const auto& v : values) {
     // Postgres's rule (logicalrep_write_tuple): binary when the type has a send function.
-    if (!has_send(conninfo, v.type)) continue;
+    // A value already binary was converted by an earlier try that failed later on.
+    if (v.value->kind == pgoutput::ValueKind::kBinary || !has_send(conninfo, v.type)) continue;
     chunk.push_back(&v);
     if (chunk.size() == kMaxValuesPerQuery) {
       PGRELAY_TRY(convert_chunk(conn, chunk));

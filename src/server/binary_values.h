@@ -58,7 +58,8 @@ class BinaryConverter {
   // Makes each value of a type with a send function kBinary, with the upstream's bytes, on
   // database `conninfo` names; values of types without one stay kText. An upstream error
   // (a type dropped since the value was logged, a value its input function now refuses) is
-  // returned with its SQLSTATE.
+  // returned with its SQLSTATE. A call that fails part way leaves the values it converted
+  // binary; calling it again converts the rest.
   Status convert(const std::string& conninfo, const std::vector<TextValueRef>& values);
 
   // Conversion queries sent so far (type lookups not counted), for tests and metrics.

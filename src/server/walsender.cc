@@ -7,6 +7,7 @@
 #include "server/walsender.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -214,6 +215,17 @@ std::size_t value_bytes(const pgoutput::Message& m) {
   return 0;
 }
 
+// How long a stream in binary mode waits for an upstream that restarts or fails over (its
+// connections go with it for a while) before its session ends with the upstream's error.
+// Converting is a read-only query, and a retry converts only what is left.
+constexpr auto kUpstreamOutageWait = std::chrono::seconds(30);
+
+bool upstream_unavailable(const Error& e) {
+  // Connection exceptions, and a server shutting down, crashed or not accepting connections yet.
+  return e.sqlstate.starts_with("08") || e.sqlstate == "57P01" || e.sqlstate == "57P02" ||
+         e.sqlstate == "57P03";
+}
+
 // Replaces the text values of `batch` by their binary form, through the upstream on the
 // blocking pool (the io thread goes on with other sessions meanwhile).
 upstream::awaitable<Status> convert_to_binary(ReplicationHub& hub, const std::string& conninfo,
@@ -225,8 +237,24 @@ upstream::awaitable<Status> convert_to_binary(ReplicationHub& hub, const std::st
   auto values = collect_text_values(messages, types);
   if (!values.ok()) co_return values.error();
   if (values->empty()) co_return Status{};
-  co_return co_await run_blocking(
-      hub.blocking(), [&] { return hub.binary_converter().convert(conninfo, *values); });
+  const auto deadline = std::chrono::steady_clock::now() + kUpstreamOutageWait;
+  auto backoff = std::chrono::milliseconds(50);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    Status converted = co_await run_blocking(
+        hub.blocking(), [&] { return hub.binary_converter().convert(conninfo, *values); });
+    if (converted.ok() || !upstream_unavailable(converted.error())) co_return converted;
+    if (std::chrono::steady_clock::now() + backoff > deadline) {
+      Error e = converted.error();
+      e.hint = "The upstream was unreachable for " + std::to_string(kUpstreamOutageWait.count()) +
+               " s while pgrelay converted values for a stream in binary mode; connect again "
+               "once it is back (the stream resumes from the slot's confirmed position).";
+      co_return e;
+    }
+    timer.expires_after(backoff);
+    co_await timer.async_wait(upstream::kAsTuple);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
 }
 
 // While a session converts an entry, others with its view wait for the result (see
