@@ -254,6 +254,11 @@ class Env:
         self.started_pg = True
         self.psql_admin("CREATE DATABASE %s" % DBNAME, db="postgres")
 
+    def restart_postgres(self):
+        """A fast shutdown and start of the upstream: every session and walsender ends."""
+        self.pg_cmd(["pg_ctl", "-D", self.pg_dir, "-l", os.path.join(self.base, "postgres.log"), "-w",
+                     "-t", "60", "-m", "fast", "restart"])
+
     def psql_admin(self, sql, db=DBNAME):
         """Runs SQL as the superuser over the Unix socket (trust): setup only, not a test path."""
         r = self.pg_cmd(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", self.sock_dir, "-p",
