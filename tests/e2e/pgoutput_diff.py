@@ -13,10 +13,21 @@ import time
 
 from psycopg2.extras import LogicalReplicationConnection
 import psycopg2
+import psycopg2.errors
 
 from pgoutput_decode import decode_message
 
 PGRELAY_OWN_MESSAGES = ("pgrelay.capture.barrier", "pgrelay.publications.changed")
+# A stream with messages 'false' is read through the row a sync mark (mark(..., marks=True))
+# inserts into this table, which its publication set then includes (p_marks).
+MARKS_TABLE = "diff_marks"
+MARKS_SETUP = ["CREATE TABLE %s (n bigserial PRIMARY KEY, prefix text)" % MARKS_TABLE,
+               "CREATE PUBLICATION p_marks FOR TABLE %s" % MARKS_TABLE]
+
+
+def marked(value):
+    """A MARKS_TABLE row's prefix, read in text or binary mode (text's send format is its bytes)."""
+    return bytes(value).decode() if isinstance(value, bytes) else value
 
 
 def replication(url):
@@ -32,14 +43,27 @@ class Stream:
         self.opts = {"proto_version": "1", "publication_names": publication, "messages": "true"}
         self.opts.update(options or {})
         self.messages = []
+        self.names = {}  # relation OID -> name, from the Relations read
         self.in_block = False  # between Stream Start and Stream Stop: changes carry an xid
         self.start(url, 0)
 
     def start(self, url, lsn):
-        self.in_block = False
-        self.conn = replication(url)
-        self.cur = self.conn.cursor()
-        self.cur.start_replication(slot_name=self.slot, decode=False, start_lsn=lsn, options=self.opts)
+        """Connects and starts streaming. A slot still active for the session this consumer just
+        closed (its sender has not seen the close yet: Postgres has the same window) is tried
+        again for a while, as subscribers do."""
+        deadline = time.monotonic() + 10
+        while True:
+            self.in_block = False
+            self.conn = replication(url)
+            self.cur = self.conn.cursor()
+            try:
+                self.cur.start_replication(slot_name=self.slot, decode=False, start_lsn=lsn, options=self.opts)
+                return
+            except psycopg2.errors.ObjectInUse:
+                self.conn.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def resume(self, url):
         """Connects again, as a consumer does that lost its connection: what it read after its
@@ -71,7 +95,11 @@ class Stream:
             if m["tag"] in ("S", "E"):
                 self.in_block = m["tag"] == "S"
             self.messages.append(m)
+            if m["tag"] == "R":
+                self.names[m["oid"]] = m["name"]
             if m["tag"] == "M" and m["prefix"] == prefix:
+                found = True
+            if m["tag"] == "I" and self.names.get(m["relid"]) == MARKS_TABLE and marked(m["new"][1]) == prefix:
                 found = True
             if found and m["tag"] in ("C", "c"):
                 return self.messages
@@ -217,17 +245,20 @@ def transactions(whole):
     return sorted(out)
 
 
-def mark(mode, cur, prefix, content="", transactional=True):
+def mark(mode, cur, prefix, content="", transactional=True, marks=False):
     """A logical message in pgrelay's stream and in the native slot's: native capture decodes
     pg_logical_emit_message as the slot does; trigger capture sees only its own emit_message
     (which consumers' calls through pgrelay go to), so in that mode the statement makes both,
-    each seen by one side."""
+    each seen by one side. With `marks`, the same transaction inserts `prefix` into MARKS_TABLE,
+    for streams without messages."""
     if mode == "native":
-        cur.execute("SELECT pg_logical_emit_message(%s, %s, %s::text)", (transactional, prefix, content))
+        sql, args = "SELECT pg_logical_emit_message(%s, %s, %s::text)", [transactional, prefix, content]
     else:
-        cur.execute("SELECT _pgrelay.emit_message(%s, %s::text, %s::text), "
-                    "pg_logical_emit_message(%s, %s, %s::text)",
-                    (transactional, prefix, content, transactional, prefix, content))
+        sql = "SELECT _pgrelay.emit_message(%s, %s::text, %s::text), pg_logical_emit_message(%s, %s, %s::text)"
+        args = [transactional, prefix, content, transactional, prefix, content]
+    if marks:
+        sql, args = sql + "; INSERT INTO %s (prefix) VALUES (%%s)" % MARKS_TABLE, args + [prefix]
+    cur.execute(sql, args)
 
 
 def first_difference(ours, theirs):
