@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "pgoutput/encoder.h"
@@ -334,8 +335,12 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
   std::size_t batch_bytes = 0;
   for (;;) {
     auto next = encoder.next_message();
-    if (!next.ok()) co_return next.error();
-    const bool paused_or_done = !next->has_value();
+    // What the view refuses at a change (a publication error Postgres raises while decoding
+    // it) ends the entry after the messages before that change, as pgoutput sends them: a
+    // binary batch collected so far is converted and sent first.
+    std::optional<Error> refused;
+    if (!next.ok()) refused = next.error();
+    const bool paused_or_done = refused.has_value() || !next->has_value();
     if (!paused_or_done) {
       if (binary) batch_bytes += value_bytes((*next)->message);
       batch.push_back(std::move(**next));
@@ -370,6 +375,7 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
     batch.clear();
     batch_bytes = 0;
+    if (refused) co_return *refused;
     if (!paused_or_done) continue;
     if (!encoder.paused()) break;
     PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
