@@ -994,6 +994,7 @@ def play(env, scenario, name, mode, again):
 def body(env):
     env.start_postgres(LOGICAL_CONF)
     scripts = sorted(glob.glob(os.path.join(REGRESSION_DIR, "*.sql")))
+    regressions = 0
     if ARGS.script:
         scripts, seeds, budget = [ARGS.script], [], None
     elif ARGS.seed is not None:
@@ -1004,6 +1005,7 @@ def body(env):
         again = {s for s, v in REGRESSIONS if v == ARGS.generator and ARGS.first == 1}
         rest = ((s, ARGS.generator) for s in range(ARGS.first, ARGS.first + 10**7) if s not in again)
         seeds, budget = itertools.chain(REGRESSIONS if ARGS.first == 1 else [], rest), ARGS.seconds
+        regressions = len(REGRESSIONS) if ARGS.first == 1 else 0
         if ARGS.first != 1:
             scripts = []
     started = time.monotonic()
@@ -1015,7 +1017,8 @@ def body(env):
             play(env, scenario, os.path.basename(path), mode, ["--script", path])
     ran = 0
     for seed, version in seeds:
-        if budget is not None and ran and time.monotonic() - started > budget:
+        # The regressions always run; new seeds while the budget lasts.
+        if budget is not None and ran >= regressions and time.monotonic() - started > budget:
             break
         scenario = Scenario(seed, version)
         if ran == 0:
