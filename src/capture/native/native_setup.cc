@@ -73,6 +73,10 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM have h WHERE h.relid = w.relid AND h.pub = w.pub)
     ORDER BY 1 DESC
   LOOP
+    -- A table dropped since the query above read the catalog has left every publication by
+    -- itself (its regclass would print as a bare number, a syntax error that failed the whole
+    -- mirror, and with it a CREATE TABLE's own in the event trigger).
+    CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid);
     -- ONLY: an inheritance parent's children are tables of their own here, listed or not.
     EXECUTE format('ALTER PUBLICATION %I %s TABLE ONLY %s', r.pub, r.op, r.relid::regclass);
     n := n + 1;
