@@ -961,7 +961,9 @@ def shrink(env, scenario, mode, failure):
                 got = run(env, trial, mode)
             except psycopg2.Error:
                 got = None  # not a scenario any more (a COMMIT PREPARED without its PREPARE)
-            if got:
+            # Only the same failure counts: the same stream, differing the same way (a trial
+            # that fails otherwise is another finding, not this one made smaller).
+            if got and got.split(": ")[:2] == failure.split(": ")[:2]:
                 scenario, failure = trial, got
             else:
                 i += step
