@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+from urllib.parse import urlsplit, urlunsplit
 
 PG_BIN = os.environ.get("PGRELAY_PG_BINDIR", "/usr/lib/postgresql/15/bin")
 PASSWORD = "e2e-Secret!pw"
@@ -61,6 +62,11 @@ def query_url(url, sql, args=None, **connect_args):
             return cur.fetchall() if cur.description else None
     finally:
         conn.close()
+
+
+def with_db(url, db):
+    """The postgres:// URL with its database replaced."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + db))
 
 
 def free_port():

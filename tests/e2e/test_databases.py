@@ -59,11 +59,9 @@ import sys
 import tempfile
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_support import (PASSWORD, SUPERUSER, CheckFailed, Env, expect, expect_eq, free_port, lsn_to_int,  # noqa: E402
-                         lsn_to_str, main, wait_until)
+                         lsn_to_str, main, wait_until, with_db)
 from e2e_support import query_url as query  # noqa: E402
 from pgoutput_decode import Session, decode_message  # noqa: E402
 from test_doctor import parse as parse_doctor, run_doctor  # noqa: E402
@@ -80,11 +78,6 @@ TABLE_SQL = "CREATE TABLE events (id int PRIMARY KEY, marker text NOT NULL)"
 
 
 # ---- names and URLs ----
-
-def with_db(url, db):
-    """The postgres:// URL with its database replaced."""
-    return urlunsplit(urlsplit(url)._replace(path="/" + db))
-
 
 def marker(db, i, half):
     return "%s/%d/%s" % (db, i, half)

@@ -51,11 +51,9 @@ import shutil
 import sys
 import time
 
-from urllib.parse import urlsplit, urlunsplit
-
 import psycopg2
 
-from e2e_support import expect, expect_eq, main, query_url
+from e2e_support import expect, expect_eq, main, query_url, with_db
 from pgoutput_decode import UNCHANGED_TOAST
 from pgoutput_diff import (MARKS_SETUP, MARKS_TABLE, Stream, assembled, compared, first_difference, mark, native_view,
                            replication)
@@ -716,7 +714,7 @@ class Played:
             c.close()
 
     def open_streams(self, relay_url, pubs):
-        ours = urlunsplit(urlsplit(relay_url)._replace(path="/" + self.db))
+        ours = with_db(relay_url, self.db)
         for i, (names, opts) in enumerate(pubs):
             slot = "d_%s_%d" % (self.db, i)
             for url in (ours, self.url):
@@ -726,7 +724,6 @@ class Played:
                 finally:
                     c.close()
             self.pairs.append((names, opts, Stream(ours, slot, names, opts), Stream(self.url, slot, names, opts)))
-        self.relay_url = ours
 
     def streams(self):
         return [s for _, _, ours, theirs in self.pairs for s in (ours, theirs)]
@@ -745,15 +742,13 @@ class Played:
         for s in self.streams():
             s.close()
         self.disconnect()
-        cur = psycopg2.connect(self.url)
-        cur.autocommit = True
-        c = cur.cursor()
-        c.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
-        for (gid,) in c.fetchall():
-            c.execute("ROLLBACK PREPARED %s", (gid,))
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                  "WHERE database = current_database() AND NOT active")
-        cur.close()
+        self.connect()  # a fault may have ended the writers' sessions
+        self.cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+        for (gid,) in self.cur.fetchall():
+            self.cur.execute("ROLLBACK PREPARED %s", (gid,))
+        self.cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE database = current_database() AND NOT active")
+        self.disconnect()
         self.env.psql_admin("DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.db, db="postgres")
 
 
@@ -859,7 +854,7 @@ def fault(env, what, dbs, relay, relay_dir, relay_args):
         env.relays.remove(relay)
         relay = env.start_relay(data_dir=relay_dir, upstream=dbs[""].url, extra_args=relay_args)
     for p in dbs.values():
-        url = urlunsplit(urlsplit(relay.url)._replace(path="/" + p.db))
+        url = with_db(relay.url, p.db)
         for _, _, ours, _ in p.pairs:
             ours.resume(url)
     return relay
