@@ -66,7 +66,9 @@ $fn$;
 }
 
 // READ COMMITTED re-checks the WHERE clause after waiting for a concurrent writer of the row, so
-// two transactions that reach the same fingerprint write one marker between them.
+// two transactions that reach the same fingerprint write one marker between them. The marker
+// names its transaction (the full xid, in decimal): walsenders read the publications again only
+// once it is visible (log::ChangeView::publications_changed_by).
 std::string note_function(const std::string& schema, const std::string& prefix) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          R"sql(.note_publications(wait boolean) RETURNS boolean
@@ -88,7 +90,8 @@ BEGIN
   END IF;
   IF NOT FOUND THEN RETURN false; END IF;
   PERFORM )sql" +
-         schema + ".emit_message(true, " + prefix + R"sql(, ''::bytea);
+         schema + ".emit_message(true, " + prefix +
+         R"sql(, convert_to(pg_current_xact_id()::text, 'UTF8'));
   RETURN true;
 END
 $fn$;

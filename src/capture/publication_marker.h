@@ -6,7 +6,9 @@
 // the upstream, so capture tells them where: a fingerprint of every publication is kept upstream,
 // and when it changes a transactional logical message (log::kPublicationsChangedPrefix) is
 // written through the capture's emit_message, in the DDL's own transaction when an event trigger
-// calls note_publications(true), else at the capture's next periodic check.
+// calls note_publications(true), else at the capture's next periodic check. Its content is that
+// transaction's full xid in decimal: a walsender may see the commit before other sessions do,
+// and waits until they do before reading the publications again.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 #include "log/change_view.h"
 
 #include <algorithm>
+#include <charconv>
 
 namespace pgrelay::log {
 
@@ -50,6 +51,16 @@ Result<std::vector<std::string>> split_identifiers(std::string_view text) {
     if (text[i] != '.') return bad_name(text, "expected a dot after a quoted identifier");
     ++i;
   }
+}
+
+// A marker's content: its transaction's full xid in decimal, or nothing (older markers).
+std::optional<std::uint64_t> decimal_xid(const std::string& content) {
+  const char* begin = content.data();
+  const char* end = begin + content.size();
+  std::uint64_t xid = 0;
+  auto [at, ec] = std::from_chars(begin, end, xid);
+  if (ec != std::errc() || at != end || content.empty()) return std::nullopt;
+  return xid;
 }
 
 bool operation_allowed(OperationSet set, const ChangeMessage& message) {
@@ -247,6 +258,7 @@ void ChangeView::start(const EntryMeta& meta) {
   targets_sent_.clear();
   sent_any_ = false;
   publications_changed_ = false;
+  changed_by_.reset();
   pause_pending_ = false;
 }
 
@@ -483,6 +495,7 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
   if (auto* marker = std::get_if<pgoutput::LogicalMessage>(&change.message);
       marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
     publications_changed_ = true;  // capture's own record, for walsenders, not for consumers
+    changed_by_ = decimal_xid(marker->content);
     pause_pending_ = pause_at_markers_;
     return {};
   }

@@ -202,6 +202,9 @@ class ChangeView {
   bool finish();
   // Whether the entry started last carried a publications-changed marker (so far).
   bool publications_changed() const { return publications_changed_; }
+  // The upstream transaction (full xid) that the last marker names: the publications are to be
+  // read once it is visible there. Markers written before they named one name none.
+  std::optional<std::uint64_t> publications_changed_by() const { return changed_by_; }
   // With `pause` set, ViewReader stops right after each marker (paused()) and resumes when
   // called again, so that the rest of the entry can go through replace_options()' view.
   void pause_at_publication_changes(bool pause) { pause_at_markers_ = pause; }
@@ -267,6 +270,7 @@ class ChangeView {
   std::set<pgoutput::Oid> targets_sent_;  // ancestors whose Relation a Truncate sent
   bool sent_any_ = false;
   bool publications_changed_ = false;
+  std::optional<std::uint64_t> changed_by_;
   bool pause_at_markers_ = false;
   bool pause_pending_ = false;
 };

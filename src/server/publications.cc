@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <thread>
 
 #include "server/row_filter.h"
 
@@ -719,6 +720,36 @@ Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<s
   if (!pubs.ok()) return pubs.error();
   PGRELAY_TRY(refuse_via_root_before_15(conn, array));
   return build_view(conn, *pubs, array, messages);
+}
+
+Status wait_until_visible(PGconn* conn, std::uint64_t xid, std::chrono::milliseconds limit) {
+  const std::string param = std::to_string(xid);
+  // pg_xact_status raises 22023 for an xid not assigned yet, which a committed one never is.
+  constexpr const char* kSql =
+      "SELECT pg_catalog.pg_visible_in_snapshot($1::pg_catalog.xid8, "
+      "pg_catalog.pg_current_snapshot()), pg_catalog.pg_xact_status($1::pg_catalog.xid8)";
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    auto res = query(conn, kSql, &param);
+    if (!res.ok()) {
+      if (res.error().sqlstate == sqlstate::kInvalidParameterValue) return {};
+      return res.error();
+    }
+    if (PQgetvalue(res->get(), 0, 0)[0] == 't') return {};
+    if (std::chrono::steady_clock::now() + pause > deadline) {
+      return Error::make(
+          sqlstate::kObjectNotInPrerequisiteState,
+          "the upstream transaction " + param +
+              " that changed the publications is committed but still not visible after " +
+              std::to_string(limit.count()) + " ms",
+          "A synchronous standby that has not confirmed it holds it back (see "
+          "synchronous_standby_names and pg_stat_replication on the upstream); connect again "
+          "once it is visible (the stream resumes from the slot's confirmed position).");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
 }
 
 Result<log::ViewOptions> load_publication_rules(PGconn* conn,

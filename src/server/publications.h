@@ -3,6 +3,8 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,14 @@ namespace pgrelay::server {
 // the log (walsender.h, reload_view): the upstream's publications as they are when read.
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages);
+
+// Waits until the upstream transaction `xid` (a full transaction id) is visible to new
+// snapshots. Logical decoding hands a commit out before the committing backend leaves the proc
+// array (right after its commit record is flushed, or once a synchronous standby has confirmed
+// it), so publications read as soon as capture logged a change of them can be the ones it
+// replaced. An xid the upstream never assigned (a log that outlived its upstream: restored, or
+// replaced) is not waited for. 55000 after `limit`, naming what may hold it back. Blocking.
+Status wait_until_visible(PGconn* conn, std::uint64_t xid, std::chrono::milliseconds limit);
 
 // The same view without the partition refusal: what START_REPLICATION would refuse of the
 // publications' row filters and column lists alone (doctor's publication_filters check).

@@ -28,6 +28,10 @@ using pgoutput::ReplicationCommand;
 // A session end that needs no FATAL message: the walsender already said goodbye.
 constexpr const char* kQuietClose = "00000";
 
+// How long a stream waits for the transaction that changed the publications to become visible
+// upstream (a synchronous standby's confirmation away, at most) before it ends with why.
+constexpr auto kChangeVisibleWait = std::chrono::seconds(10);
+
 std::string slot_not_found(const std::string& name) {
   return "replication slot \"" + name + "\" does not exist";
 }
@@ -50,9 +54,11 @@ class ReplicationSession {
   upstream::awaitable<Status> relay_sql(const std::string& sql, bool include_ready = true);
   upstream::awaitable<Status> start_replication(const pgoutput::StartReplication& command,
                                                 Bytes& out);
-  // Reads `options`' publications from the upstream: what the walsender sends, and its key.
-  upstream::awaitable<Result<WalsenderView>> load_view(ReplicationHub& hub,
-                                                       const pgoutput::PgoutputOptions& options);
+  // Reads `options`' publications from the upstream: what the walsender sends, and its key;
+  // once the upstream transaction `visible` (a marker's, see walsender.h) is visible there.
+  upstream::awaitable<Result<WalsenderView>> load_view(
+      ReplicationHub& hub, const pgoutput::PgoutputOptions& options,
+      std::optional<std::uint64_t> visible = std::nullopt);
   // Blocking on the pool: the hub of the session's database, its capture started if need be.
   upstream::awaitable<Result<ReplicationHub*>> open_hub();
   upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
@@ -455,11 +461,13 @@ upstream::awaitable<Result<ReplicationHub*>> ReplicationSession::open_hub() {
 }
 
 upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
-    ReplicationHub& hub, const pgoutput::PgoutputOptions& options) {
+    ReplicationHub& hub, const pgoutput::PgoutputOptions& options,
+    std::optional<std::uint64_t> visible) {
   auto conninfo = context_.upstream.conninfo(startup_.database());
   auto loaded = co_await run_blocking(hub.blocking(), [&]() -> Result<log::ViewOptions> {
     auto conn = hub.side_connections().acquire(conninfo);
     if (!conn.ok()) return conn.error();
+    if (visible) PGRELAY_TRY(wait_until_visible(conn->get(), *visible, kChangeVisibleWait));
     return load_publication_view(conn->get(), options.publication_names, options.messages);
   });
   if (!loaded.ok()) co_return loaded.error();
@@ -515,7 +523,9 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.options = *options;
   params.view = std::move(*view);
   if (options->binary) params.binary_conninfo = context_.upstream.conninfo(startup_.database());
-  params.reload_view = [this, &hub, options = *options]() { return load_view(hub, options); };
+  params.reload_view = [this, &hub, options = *options](std::optional<std::uint64_t> visible) {
+    return load_view(hub, options, visible);
+  };
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;
   params.info.user = user_.name;

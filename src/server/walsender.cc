@@ -186,8 +186,9 @@ struct SessionView {
 // Where capture marked a change of the publications: read them again and go on with what they
 // say now, every Relation sent again (as pgoutput does after an invalidation).
 upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
-                                        SessionView& session_view, SessionRelations& relations) {
-  auto reloaded = co_await params.reload_view();
+                                        SessionView& session_view, SessionRelations& relations,
+                                        std::optional<std::uint64_t> changed_by) {
+  auto reloaded = co_await params.reload_view(changed_by);
   if (!reloaded.ok()) co_return reloaded.error();
   session_view.view.replace_options(std::move(reloaded->options));
   session_view.id = hub.encoded_cache().view_id(reloaded->key);
@@ -318,7 +319,8 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
     relations.pending_types.clear();
     if (cached->publications_changed && params.reload_view) {
-      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations,
+                                          cached->publications_changed_by));
       send_time.stamp();
     }
     co_return Status{};
@@ -378,12 +380,14 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     if (refused) co_return *refused;
     if (!paused_or_done) continue;
     if (!encoder.paused()) break;
-    PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations));
+    PGRELAY_CO_TRY(
+        co_await reload_view(hub, params, session_view, relations, view.publications_changed_by()));
     send_time.stamp();
   }
   relations.pending_types.clear();
   if (cacheable) {
     built->publications_changed = view.publications_changed();
+    built->publications_changed_by = view.publications_changed_by();
     hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
   }
   co_return Status{};

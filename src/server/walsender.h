@@ -31,9 +31,11 @@ struct WalsenderParams {
   // Reads the publications again. Called where the log carries capture's publications-changed
   // marker, even inside a transaction, so what follows is sent as they now say, with every
   // Relation sent again before its table's next change (pgoutput invalidates its whole relation
-  // cache then). An error (the publication was dropped) ends the stream. Null: the view never
-  // changes.
-  std::function<upstream::awaitable<Result<WalsenderView>>()> reload_view;
+  // cache then). The marker's transaction (`visible`, when it names one) is awaited first: the
+  // publications are those it left. An error (the publication was dropped) ends the stream.
+  // Null: the view never changes.
+  std::function<upstream::awaitable<Result<WalsenderView>>(std::optional<std::uint64_t> visible)>
+      reload_view;
   // Postgres's wal_sender_timeout: a consumer silent this long is disconnected; a keepalive
   // asking for a reply goes out at half of it. Zero disables both.
   std::chrono::milliseconds timeout{60000};

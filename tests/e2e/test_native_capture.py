@@ -3,7 +3,8 @@
 
 Checks: pg_recvlogical (changes, logical messages written upstream and through pgrelay, resume),
 psycopg2's exported snapshot as a consistent copy point under concurrent writes, tables added
-to publications after start, a table without replica identity in an insert-only publication,
+to publications after start, publication changes whose commits a synchronous standby holds
+invisible, a table without replica identity in an insert-only publication,
 --capture auto's choice and the refusal of a trigger-captured data directory, and a restart.
 """
 import os
@@ -455,6 +456,94 @@ def body(env):
         write()
         stream_exactly(env, relay, "late_slot", "pub_late", os.path.join(env.base, "s3.bin"), expected)
 
+    # A transaction's commit reaches logical decoding before it becomes visible to other
+    # sessions: the committing backend leaves the proc array after its commit record is flushed,
+    # and after a synchronous standby confirms it. A stream that re-reads the publications where
+    # capture marked their change must read them as that transaction left them. Here a
+    # synchronous standby of the test's own (a logical slot it confirms by hand) holds each
+    # commit invisible while pgrelay has long captured it.
+    def publications_visible_late():
+        env.psql_admin("CREATE TABLE vis_a (id int PRIMARY KEY); CREATE TABLE vis_b (id int PRIMARY KEY);"
+                       " CREATE TABLE vis_c (id int PRIMARY KEY);"
+                       " CREATE PUBLICATION pub_vis FOR TABLE vis_a, vis_c;")
+        env.direct_query("SELECT pg_create_logical_replication_slot('vis_standby', 'pgoutput')")
+        create_slot(relay, "vis_slot")
+        c = Consumer(relay.url, "vis_slot", "pub_vis")
+        standby = psycopg2.connect(env.upstream_url() + "?application_name=vis_standby&sslmode=disable",
+                                   connection_factory=LogicalReplicationConnection)
+        standby_cur = standby.cursor()
+        standby_cur.start_replication(slot_name="vis_standby", decode=False, status_interval=3600,
+                                      options={"proto_version": "1", "publication_names": "pub_vis"})
+
+        def confirm_standby():  # what the upstream has flushed: the commits waiting for it go on
+            lsn = lsn_to_int(env.direct_query("SELECT pg_current_wal_flush_lsn()::text")[0][0])
+            standby_cur.send_feedback(write_lsn=lsn, flush_lsn=lsn, reply=True, force=True)
+        confirm_standby()  # a standby that never confirmed is no candidate
+        env.direct_query("ALTER SYSTEM SET synchronous_standby_names = 'vis_standby'")
+        env.direct_query("SELECT pg_reload_conf()")
+        writer_done = threading.Event()
+        failure, commits = [], []
+
+        def write():
+            try:
+                up = env.direct(autocommit=False)
+                with up.cursor() as cur:
+                    # (the test cluster runs with synchronous_commit off)
+                    cur.execute("SET application_name = 'vis_writer'; SET synchronous_commit = on")
+                    for statements in [["ALTER PUBLICATION pub_vis ADD TABLE vis_b", "INSERT INTO vis_b VALUES (1)"],
+                                       ["INSERT INTO vis_b VALUES (2)"],
+                                       ["ALTER PUBLICATION pub_vis DROP TABLE vis_a", "INSERT INTO vis_a VALUES (3)"],
+                                       # A new table under a published one's name is not published.
+                                       ["DROP TABLE vis_c", "CREATE TABLE vis_c (id int PRIMARY KEY)",
+                                        "INSERT INTO vis_c VALUES (4)"],
+                                       ["INSERT INTO vis_c VALUES (5)", "INSERT INTO vis_b VALUES (6)"]]:
+                        for sql in statements:
+                            cur.execute(sql)
+                        up.commit()
+                        commits.append(statements)
+                up.close()
+            except Exception as e:  # reported by the main thread
+                failure.append(e)
+            finally:
+                writer_done.set()
+        try:
+            wait_until(lambda: env.direct_query("SELECT sync_state FROM pg_stat_replication"
+                                                " WHERE application_name = 'vis_standby'") == [("sync",)], 10,
+                       "the test's slot as the synchronous standby")
+            writer = threading.Thread(target=write)
+            writer.start()
+            released = 0
+            while not writer_done.is_set():
+                waiting = env.direct_query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'vis_writer'"
+                                           " AND wait_event = 'SyncRep'")
+                if not waiting:
+                    time.sleep(0.02)
+                    continue
+                time.sleep(0.5)  # pgrelay has the commit, the upstream does not show it yet
+                confirm_standby()
+                released += 1
+                wait_until(lambda: writer_done.is_set() or len(commits) == released, 10, "the commit released")
+            writer.join(10)
+            expect_eq(failure, [], "the writer's transactions")
+            expect_eq(released, 5, "each of the five commits waited for the standby")
+            try:
+                c.pump(lambda: len(c.session.transactions) >= 3, 20, "the three published transactions")
+            except CheckFailed:
+                pass  # the comparison below shows what did arrive
+            quiet_until = time.monotonic() + 1.5  # anything a stale view let through arrives now
+            c.pump(lambda: time.monotonic() > quiet_until, 10, "the stream to settle")
+        finally:
+            env.direct_query("ALTER SYSTEM RESET synchronous_standby_names")
+            env.direct_query("SELECT pg_reload_conf()")
+            c.close()
+            standby.close()
+            wait_until(lambda: env.direct_query("SELECT pg_drop_replication_slot('vis_standby')") is not None, 10,
+                       "dropping the test's standby slot")
+        expect_eq(c.session.errors, [], "pgoutput ordering rules in the stream of vis_slot")
+        expect_eq(c.session.changes(), [[("I", "public.vis_b", ["1"])], [("I", "public.vis_b", ["2"])],
+                                        [("I", "public.vis_b", ["6"])]],
+                  "each change sent as the publications stood where it was made")
+
     def keyless_table():
         create_slot(relay, "ins_slot")
         counts = {}
@@ -579,6 +668,8 @@ def body(env):
     env.check("psycopg2 exported snapshot + stream under concurrent writes == upstream table",
               snapshot_copy_and_stream)
     env.check("tables created and published after start stream at once", late_tables)
+    env.check("publication changes that become visible after their WAL (a synchronous standby)",
+              publications_visible_late)
     env.check("keyless table in an insert-only publication: writers unaffected, inserts stream", keyless_table)
     env.check("restart (SIGTERM): streaming resumes, nothing lost or repeated", restart)
     env.check("--capture auto on wal_level=logical chooses native", auto_on_logical)

@@ -355,6 +355,32 @@ TEST(ChangeView, PublicationsChangedMarkerIsReportedAndNeverSent) {
   EXPECT_FALSE(view.publications_changed());
 }
 
+TEST(ChangeView, PublicationsChangedMarkerNamesItsTransaction) {
+  auto marker = [](std::string content) {
+    return pgoutput::LogicalMessage{std::nullopt, true, Lsn(2),
+                                    std::string(kPublicationsChangedPrefix), std::move(content)};
+  };
+  ViewOptions o;
+  ChangeView view(o);
+  auto changed_by = [&](std::string content) {
+    Transaction t = txn({marker(std::move(content))}, 5);
+    view.start(entry_meta(t.kind, t.header, 1));
+    std::vector<Change> out;
+    EXPECT_TRUE(view.push(t.changes[0], out).ok());
+    EXPECT_TRUE(view.publications_changed());
+    return view.publications_changed_by();
+  };
+  EXPECT_EQ(changed_by("4294967303"), std::optional<std::uint64_t>(4294967303u));  // epoch 1
+  EXPECT_EQ(changed_by("18446744073709551615"), std::optional<std::uint64_t>(UINT64_MAX));
+  // Older markers name none, and anything else is not a transaction.
+  for (const char* content : {"", "12x", "-3", " 7", "18446744073709551616"}) {
+    EXPECT_EQ(changed_by(content), std::nullopt) << content;
+  }
+  Transaction plain = txn({user_insert("1")}, 6);
+  view.start(entry_meta(plain.kind, plain.header, 1));
+  EXPECT_EQ(view.publications_changed_by(), std::nullopt);  // each entry starts unmarked
+}
+
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
   ViewOptions o;
   for (ChangeMessage m :
