@@ -581,12 +581,32 @@ Status ChangeView::push_truncate(Change change, std::vector<Change>& out) {
   };
   std::vector<Sent> order;
   std::map<pgoutput::Oid, std::size_t> partitions_named;  // per ancestor
+  // The Relations of what is kept, in order (the ancestors once all their leaves are named).
+  auto send_relations = [&](std::vector<pgoutput::Oid>& kept) {
+    for (const Sent& s : order) {
+      if (!s.as_target) {
+        send_relation(*s.state, out);
+        kept.push_back(s.state->relation.oid);
+        continue;
+      }
+      const PublishedAs& as = *s.state->publish_as;
+      if (!as.truncate || partitions_named[s.state->target.oid] < as.leaves) continue;
+      send_target(*s.state, out);
+      kept.push_back(s.state->target.oid);
+    }
+  };
+  std::vector<pgoutput::Oid> kept;
   for (pgoutput::Oid oid : truncate.relation_oids) {
     auto state = state_for(oid, change.lsn);
     if (!state.ok()) return state.error();
     RelationState& rs = **state;
     if (!rs.allowed) continue;
-    if (rs.error) return *rs.error;
+    if (rs.error) {
+      // pgoutput_truncate has sent the schema of the tables before this one (and Begin)
+      // when it fails here: the caller sends them, then the error.
+      send_relations(kept);
+      return *rs.error;
+    }
     if (rs.publish_as) {
       // pgoutput_truncate never sends a partition published via an ancestor.
       if (partitions_named[rs.target.oid]++ == 0) order.push_back({&rs, true});
@@ -595,18 +615,7 @@ Status ChangeView::push_truncate(Change change, std::vector<Change>& out) {
     if ((rs.table_operations & kOpTruncate) == 0) continue;
     order.push_back({&rs, false});
   }
-  std::vector<pgoutput::Oid> kept;
-  for (const Sent& s : order) {
-    if (!s.as_target) {
-      send_relation(*s.state, out);
-      kept.push_back(s.state->relation.oid);
-      continue;
-    }
-    const PublishedAs& as = *s.state->publish_as;
-    if (!as.truncate || partitions_named[s.state->target.oid] < as.leaves) continue;
-    send_target(*s.state, out);
-    kept.push_back(s.state->target.oid);
-  }
+  send_relations(kept);
   if (kept.empty()) return {};
   truncate.relation_oids = std::move(kept);
   out.push_back(std::move(change));
@@ -634,6 +643,7 @@ Result<std::optional<Change>> ViewReader::next() {
     if (queue_pos_ < queue_.size()) return std::optional<Change>(std::move(queue_[queue_pos_++]));
     queue_.clear();
     queue_pos_ = 0;
+    if (refused_) return *refused_;
     if (done_) return std::optional<Change>();
     if (view_.take_pause()) {
       paused_ = true;
@@ -646,7 +656,10 @@ Result<std::optional<Change>> ViewReader::next() {
       send_entry_ = view_.finish();
       return std::optional<Change>();
     }
-    PGRELAY_TRY(view_.push(std::move(**change), queue_));
+    // What the view sent before refusing the change (a Truncate's Relations) goes out first.
+    if (Status pushed = view_.push(std::move(**change), queue_); !pushed.ok()) {
+      refused_ = pushed.error();
+    }
   }
 }
 

@@ -197,7 +197,9 @@ class ChangeView {
   void start(const EntryMeta& meta);
   // Appends what is to be sent for `change` (nothing, or the change, perhaps reduced, after
   // the Types and Relation it needs). A change for a relation the entry has not described is
-  // an XX001 error: stored data is self-describing.
+  // an XX001 error: stored data is self-describing. With an error, `out` may hold what goes
+  // before it (a Truncate refused at one of its tables: the Relations of those before it, as
+  // pgoutput_truncate sends their schema before it fails).
   Status push(Change change, std::vector<Change>& out);
   bool finish();
   // Whether the entry started last carried a publications-changed marker (so far).
@@ -280,7 +282,8 @@ class ViewReader {
  public:
   ViewReader(ChangeView& view, Cursor& cursor, const EntryMeta& meta);
 
-  // The next change to send, or nullopt at the end of the entry.
+  // The next change to send, or nullopt at the end of the entry; an error the view raised at
+  // a change comes after whatever the view sent before raising it.
   Result<std::optional<Change>> next();
   // After next() returned nullopt: whether the entry is sent (ChangeView::finish()).
   bool send_entry() const { return send_entry_; }
@@ -296,6 +299,7 @@ class ViewReader {
   bool done_ = false;
   bool send_entry_ = false;
   bool paused_ = false;
+  std::optional<Error> refused_;
 };
 
 // The view of a whole in-memory transaction; nullopt when the view skips it.

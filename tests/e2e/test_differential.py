@@ -87,7 +87,14 @@ LOGICAL_CONF = ("wal_level = logical\nmax_replication_slots = 60\nmax_wal_sender
 # 105, 5: a transaction whose third change met different column lists for its table, streamed
 #         in binary mode: pgrelay sent the error before the two changes preceding it in the
 #         same conversion batch, which Postgres sends first (pgrelay's text mode did).
-REGRESSIONS = [(10, 1), (9, 1), (2, 2), (13, 2), (8, 3), (2, 5), (105, 5)]
+#         13, 2 failed again in CI, a race: a stream re-read the publications where a DROP
+#         TABLE of a published table marked their change, before that commit was visible
+#         upstream, and kept the table's name published for the table created under it; now
+#         the walsender waits for the marker's transaction (test_native_capture shows it).
+# 138, 5: a TRUNCATE of an inheritance parent whose child has different column lists in two
+#         publications: Postgres sends Begin and the parent's Relation, then the error;
+#         pgrelay sent the error alone (seed 160 too).
+REGRESSIONS = [(10, 1), (9, 1), (2, 2), (13, 2), (8, 3), (2, 5), (105, 5), (138, 5)]
 # Version 3 adds faults: pgrelay killed with -9 and started again, consumers that reconnect.
 # Version 4 adds large transactions (past pgrelay's spill threshold, some with a savepoint
 # rolled back inside, some rolled back whole) and streams that ask for `streaming`. Version 5

@@ -776,5 +776,47 @@ TEST(ViewReader, PausesAtPublicationMarkersAndGoesOnWithReplacedOptions) {
   EXPECT_TRUE(reader.send_entry());
 }
 
+// pgoutput_truncate sends Begin and the schema of each table it keeps before it gets to a table
+// whose publications it cannot combine, and fails there: the reader gives those Relations, then
+// the error (the walsender sends Begin before the first of them).
+TEST(ViewReader, TruncateRefusedAtATableComesAfterTheRelationsOfThoseBeforeIt) {
+  PublicationTables pubs;
+  TableRule fine;
+  fine.operations = kAllOperations;
+  TableRule refused = fine;
+  refused.error = Error::make("0A000", "cannot use different column lists for table");
+  pubs.tables[kUsers] = fine;
+  pubs.tables[kOrders] = refused;
+  ViewOptions o;
+  o.publications = std::move(pubs);
+  auto read = [&](std::vector<pgoutput::Oid> truncated) {
+    testing::TempDir tmp;
+    auto log = log_of(
+        tmp, {txn({users(), orders(), pgoutput::Truncate{std::nullopt, false, false, truncated}})});
+    EXPECT_TRUE(log);
+    ChangeView view(o);
+    auto cursor = log->open_cursor(Lsn(0));
+    EXPECT_TRUE(cursor.ok());
+    auto meta = (*cursor)->next_entry();
+    EXPECT_TRUE(meta.ok() && meta->has_value());
+    ViewReader reader(view, **cursor, **meta);
+    Kinds got;
+    for (;;) {
+      auto c = reader.next();
+      if (!c.ok()) {
+        got.push_back("error " + c.error().sqlstate);
+        break;
+      }
+      if (!*c) break;
+      got.push_back(
+          pgoutput::tag_name(static_cast<char>(pgoutput::tag_of(to_message((*c)->message)))));
+    }
+    return got;
+  };
+  EXPECT_EQ(read({kUsers, kOrders}), (Kinds{"RELATION", "error 0A000"}));
+  EXPECT_EQ(read({kOrders, kUsers}), (Kinds{"error 0A000"}));
+  EXPECT_EQ(read({kUsers}), (Kinds{"RELATION", "TRUNCATE"}));
+}
+
 }  // namespace
 }  // namespace pgrelay::log
