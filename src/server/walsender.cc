@@ -183,19 +183,6 @@ struct SessionView {
   std::uint64_t id = 0;
 };
 
-// Where capture marked a change of the publications: read them again and go on with what they
-// say now, every Relation sent again (as pgoutput does after an invalidation).
-upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
-                                        SessionView& session_view, SessionRelations& relations,
-                                        std::optional<std::uint64_t> changed_by) {
-  auto reloaded = co_await params.reload_view(changed_by);
-  if (!reloaded.ok()) co_return reloaded.error();
-  session_view.view.replace_options(std::move(reloaded->options));
-  session_view.id = hub.encoded_cache().view_id(reloaded->key);
-  relations.sent.clear();
-  co_return Status{};
-}
-
 // Binary mode converts an entry's values a batch of messages at a time (one upstream round trip
 // per batch, most transactions being one batch); the bounds keep a huge transaction's memory
 // bounded.
@@ -217,15 +204,61 @@ std::size_t value_bytes(const pgoutput::Message& m) {
   return 0;
 }
 
-// How long a stream in binary mode waits for an upstream that restarts or fails over (its
-// connections go with it for a while) before its session ends with the upstream's error.
-// Converting is a read-only query, and a retry converts only what is left.
+// How long a stream waits for an upstream that restarts or fails over (its connections go with
+// it for a while) before its session ends with the upstream's error, where it reads from the
+// upstream: converting values for binary mode, reading publications where they changed. Both
+// are read-only, and a retried conversion converts only what is left.
 constexpr auto kUpstreamOutageWait = std::chrono::seconds(30);
 
 bool upstream_unavailable(const Error& e) {
   // Connection exceptions, and a server shutting down, crashed or not accepting connections yet.
   return e.sqlstate.starts_with("08") || e.sqlstate == "57P01" || e.sqlstate == "57P02" ||
          e.sqlstate == "57P03";
+}
+
+// co_await attempt() until it succeeds or fails otherwise than by the upstream being
+// unavailable, backing off from 50 ms to 1 s, for up to kUpstreamOutageWait; then its error,
+// with a hint saying that pgrelay was `doing` meanwhile.
+template <typename Attempt>
+upstream::awaitable<Status> through_upstream_outage(Attempt attempt, std::string_view doing) {
+  const auto deadline = std::chrono::steady_clock::now() + kUpstreamOutageWait;
+  auto backoff = std::chrono::milliseconds(50);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    Status done = co_await attempt();
+    if (done.ok() || !upstream_unavailable(done.error())) co_return done;
+    if (std::chrono::steady_clock::now() + backoff > deadline) {
+      Error e = done.error();
+      e.hint = "The upstream was unreachable for " + std::to_string(kUpstreamOutageWait.count()) +
+               " s while pgrelay " + std::string(doing) +
+               "; connect again once it is back (the stream resumes from the slot's confirmed "
+               "position).";
+      co_return e;
+    }
+    timer.expires_after(backoff);
+    co_await timer.async_wait(upstream::kAsTuple);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+// Where capture marked a change of the publications: read them again and go on with what they
+// say now, every Relation sent again (as pgoutput does after an invalidation).
+upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
+                                        SessionView& session_view, SessionRelations& relations,
+                                        std::optional<std::uint64_t> changed_by) {
+  std::optional<WalsenderView> reloaded;
+  PGRELAY_CO_TRY(co_await through_upstream_outage(
+      [&]() -> upstream::awaitable<Status> {
+        auto read = co_await params.reload_view(changed_by);
+        if (!read.ok()) co_return read.error();
+        reloaded = std::move(*read);
+        co_return Status{};
+      },
+      "read the publications where they changed"));
+  session_view.view.replace_options(std::move(reloaded->options));
+  session_view.id = hub.encoded_cache().view_id(reloaded->key);
+  relations.sent.clear();
+  co_return Status{};
 }
 
 // Replaces the text values of `batch` by their binary form, through the upstream on the
@@ -239,24 +272,12 @@ upstream::awaitable<Status> convert_to_binary(ReplicationHub& hub, const std::st
   auto values = collect_text_values(messages, types);
   if (!values.ok()) co_return values.error();
   if (values->empty()) co_return Status{};
-  const auto deadline = std::chrono::steady_clock::now() + kUpstreamOutageWait;
-  auto backoff = std::chrono::milliseconds(50);
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (;;) {
-    Status converted = co_await run_blocking(
-        hub.blocking(), [&] { return hub.binary_converter().convert(conninfo, *values); });
-    if (converted.ok() || !upstream_unavailable(converted.error())) co_return converted;
-    if (std::chrono::steady_clock::now() + backoff > deadline) {
-      Error e = converted.error();
-      e.hint = "The upstream was unreachable for " + std::to_string(kUpstreamOutageWait.count()) +
-               " s while pgrelay converted values for a stream in binary mode; connect again "
-               "once it is back (the stream resumes from the slot's confirmed position).";
-      co_return e;
-    }
-    timer.expires_after(backoff);
-    co_await timer.async_wait(upstream::kAsTuple);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
+  co_return co_await through_upstream_outage(
+      [&] {
+        return run_blocking(hub.blocking(),
+                            [&] { return hub.binary_converter().convert(conninfo, *values); });
+      },
+      "converted values for a stream in binary mode");
 }
 
 // While a session converts an entry, others with its view wait for the result (see

@@ -4,7 +4,7 @@
 Checks: pg_recvlogical (changes, logical messages written upstream and through pgrelay, resume),
 psycopg2's exported snapshot as a consistent copy point under concurrent writes, tables added
 to publications after start, publication changes whose commits a synchronous standby holds
-invisible, a table without replica identity in an insert-only publication,
+invisible (and an upstream restart meanwhile), a table without replica identity in an insert-only publication,
 --capture auto's choice and the refusal of a trigger-captured data directory, and a restart.
 """
 import os
@@ -526,8 +526,35 @@ def body(env):
             writer.join(10)
             expect_eq(failure, [], "the writer's transactions")
             expect_eq(released, 5, "each of the five commits waited for the standby")
+            # The upstream restarts while the stream waits for a change to become visible: the
+            # stream carries on in the same session once it is back (the commit is durable).
+            outcome = []
+
+            def held():
+                up = env.direct(autocommit=False)
+                try:
+                    with up.cursor() as cur:
+                        cur.execute("SET application_name = 'vis_writer'; SET synchronous_commit = on")
+                        cur.execute("ALTER PUBLICATION pub_vis ADD TABLE vis_a")
+                        cur.execute("INSERT INTO vis_a VALUES (7)")
+                        up.commit()
+                    outcome.append("committed")
+                except psycopg2.Error as e:  # the shutdown ends the wait and the session
+                    outcome.append(type(e).__name__)
+            writer = threading.Thread(target=held)
+            writer.start()
+            wait_until(lambda: env.direct_query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'vis_writer'"
+                                                " AND wait_event = 'SyncRep'"), 10, "the last commit held")
+            time.sleep(0.5)
+            env.direct_query("ALTER SYSTEM RESET synchronous_standby_names")  # read at the start
+            standby.close()  # a shutdown waits for every logical walsender's consumer to confirm
+            env.restart_postgres()
+            writer.join(30)
+            expect(outcome and outcome[0] != "committed", "the held commit's session ended with the shutdown",
+                   got=outcome)
+            env.direct_query("INSERT INTO vis_b VALUES (8)")
             try:
-                c.pump(lambda: len(c.session.transactions) >= 3, 20, "the three published transactions")
+                c.pump(lambda: len(c.session.transactions) >= 5, 40, "the five published transactions")
             except CheckFailed:
                 pass  # the comparison below shows what did arrive
             quiet_until = time.monotonic() + 1.5  # anything a stale view let through arrives now
@@ -541,8 +568,9 @@ def body(env):
                        "dropping the test's standby slot")
         expect_eq(c.session.errors, [], "pgoutput ordering rules in the stream of vis_slot")
         expect_eq(c.session.changes(), [[("I", "public.vis_b", ["1"])], [("I", "public.vis_b", ["2"])],
-                                        [("I", "public.vis_b", ["6"])]],
-                  "each change sent as the publications stood where it was made")
+                                        [("I", "public.vis_b", ["6"])], [("I", "public.vis_a", ["7"])],
+                                        [("I", "public.vis_b", ["8"])]],
+                  "each change sent as the publications stood where it was made, in one session")
 
     def keyless_table():
         create_slot(relay, "ins_slot")
@@ -668,7 +696,8 @@ def body(env):
     env.check("psycopg2 exported snapshot + stream under concurrent writes == upstream table",
               snapshot_copy_and_stream)
     env.check("tables created and published after start stream at once", late_tables)
-    env.check("publication changes that become visible after their WAL (a synchronous standby)",
+    env.check("publication changes that become visible after their WAL (a synchronous standby), an upstream"
+              " restart meanwhile",
               publications_visible_late)
     env.check("keyless table in an insert-only publication: writers unaffected, inserts stream", keyless_table)
     env.check("restart (SIGTERM): streaming resumes, nothing lost or repeated", restart)
