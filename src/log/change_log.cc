@@ -982,6 +982,20 @@ Lsn ChangeLog::last_end_lsn() const {
   return last_end_lsn_;
 }
 
+void ChangeLog::note_read_through(Lsn lsn) {
+  {
+    std::lock_guard lock(mu_);
+    if (lsn <= std::max(read_through_, last_end_lsn_)) return;
+    read_through_ = lsn;
+  }
+  notify_listeners();
+}
+
+Lsn ChangeLog::read_through() const {
+  std::lock_guard lock(mu_);
+  return std::max(read_through_, last_end_lsn_);
+}
+
 LogStats ChangeLog::stats() const {
   std::lock_guard lock(mu_);
   LogStats s = counters_;

@@ -162,6 +162,14 @@ class ChangeLog {
   std::optional<Bytes> last_checkpoint() const;
   Lsn last_commit_lsn() const;
   Lsn last_end_lsn() const;
+  // A source that reads its upstream in commit order (native capture) notes how far it has read
+  // once everything before is appended: every entry appended later commits past `lsn`. Kept in
+  // memory only; caught-up readers may report it (as Postgres's walsenders report the WAL they
+  // have decoded, which pg_recvlogical --endpos waits for). Wakes the on_visible listeners when
+  // it moves.
+  void note_read_through(Lsn lsn);
+  // The greater of last_end_lsn() and what was noted.
+  Lsn read_through() const;
   std::uint64_t system_id() const { return system_id_; }
   LogStats stats() const;
   const LogOptions& options() const { return options_; }
@@ -258,6 +266,7 @@ class ChangeLog {
   Lsn last_commit_lsn_;
   Lsn last_end_lsn_;
   Lsn durable_end_lsn_;  // last_end_lsn_ as of the last fdatasync
+  Lsn read_through_;     // note_read_through()
   std::optional<Bytes> last_checkpoint_;
   // Replaced whole by on_visible(), so that appenders take a reference, not a copy.
   std::shared_ptr<const std::vector<std::function<void()>>> listeners_;

@@ -508,6 +508,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       break;
     }
     if (state->copy_done || (state->reader_finished && !state->stopping)) break;
+    // Read before the log is: what capture had read of the upstream when it said so is in the
+    // log by then, so a pass that catches up has sent every commit before it.
+    const Lsn read_through = hub.log().read_through();
     // Read what the log has, a chunk at a time: between chunks, the consumer's messages,
     // termination and progress are looked at even while a long backlog streams.
     bool caught_up = false;
@@ -589,8 +592,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       more_streaming = *streamed;
     }
     // Caught up, nothing the log holds is unsent: keepalives may go as far as the newest
-    // consistent point, past which every later commit lands.
-    if (caught_up && hub.quiet_position() > sent) sent = hub.quiet_position();
+    // consistent point, or as far as capture has read the upstream, past which every later
+    // commit lands.
+    if (caught_up) sent = std::max({sent, hub.quiet_position(), read_through});
     auto now = Clock::now();
     report_catch_up(progress, params, sent, hub.log().last_end_lsn(), caught_up, now);
     bool ping = params.timeout.count() > 0 && now - state->last_reply >= params.timeout / 2 &&

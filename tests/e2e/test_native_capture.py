@@ -4,7 +4,7 @@
 Checks: pg_recvlogical (changes, logical messages written upstream and through pgrelay, resume),
 psycopg2's exported snapshot as a consistent copy point under concurrent writes, tables added
 to publications after start, publication changes whose commits a synchronous standby holds
-invisible (and an upstream restart meanwhile), a table without replica identity in an insert-only publication,
+invisible (and an upstream restart meanwhile), pg_recvlogical --endpos on an idle stream, a table without replica identity in an insert-only publication,
 --capture auto's choice and the refusal of a trigger-captured data directory, and a restart.
 """
 import os
@@ -572,6 +572,41 @@ def body(env):
                                         [("I", "public.vis_b", ["8"])]],
                   "each change sent as the publications stood where it was made, in one session")
 
+    # pg_recvlogical --endpos stops at a keepalive whose position has reached endpos: Postgres's
+    # walsender reports the WAL it has decoded, past commits and records no publication needs
+    # (a checkpoint's), so an idle stream ends at once. pgrelay reports how far its capture has
+    # read the upstream.
+    def recvlogical_endpos():
+        native_url = env.upstream_url() + "?sslmode=disable"
+        native = [os.path.join(PG_BIN, "pg_recvlogical"), "-d", native_url, "--slot", "endpos_native"]
+        r = subprocess.run(native + ["--create-slot", "-P", "pgoutput"], capture_output=True, text=True, timeout=60)
+        expect(r.returncode == 0, "native --create-slot", got=r.stderr)
+        env.psql_admin("CREATE TABLE endpos_t (id int PRIMARY KEY, v text);"
+                       " CREATE PUBLICATION pub_endpos FOR TABLE endpos_t;")
+        create_slot(relay, "endpos_slot")
+        env.direct_query("INSERT INTO endpos_t VALUES (60, 'before endpos')")
+        env.direct_query("CHECKPOINT")  # WAL that no transaction wrote
+        endpos = env.direct_query("SELECT pg_current_wal_lsn()::text")[0][0]
+        ended = {}
+        for name, args in (("native", native), ("pgrelay", recvlogical(relay, "endpos_slot"))):
+            path = os.path.join(env.base, "endpos-%s.bin" % name)
+            t = time.monotonic()
+            try:
+                r = subprocess.run(args + ["--start", "--endpos", endpos, "-o", "proto_version=1", "-o",
+                                           "publication_names=pub_endpos", "-f", path, "-s", "1"],
+                                   capture_output=True, text=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                expect(False, "%s: pg_recvlogical --endpos %s still running after 30 s" % (name, endpos))
+            ended[name] = time.monotonic() - t
+            expect_eq(r.returncode, 0, "%s: pg_recvlogical --endpos exit code (stderr: %s)" % (name, r.stderr[-400:]))
+            with open(path, "rb") as f:
+                got = session_of(decode_recvlogical(f.read())).changes()
+            expect_eq(got, [[("I", "public.endpos_t", ["60", "before endpos"])]],
+                      "%s: the stream up to endpos" % name)
+        print("    --endpos past a checkpoint: native ended in %.2fs, pgrelay in %.2fs"
+              % (ended["native"], ended["pgrelay"]), flush=True)
+        env.direct_query("SELECT pg_drop_replication_slot('endpos_native')")
+
     def keyless_table():
         create_slot(relay, "ins_slot")
         counts = {}
@@ -699,6 +734,8 @@ def body(env):
     env.check("publication changes that become visible after their WAL (a synchronous standby), an upstream"
               " restart meanwhile",
               publications_visible_late)
+    env.check("pg_recvlogical --endpos at the upstream's WAL position ends on an idle stream, as Postgres's",
+              recvlogical_endpos)
     env.check("keyless table in an insert-only publication: writers unaffected, inserts stream", keyless_table)
     env.check("restart (SIGTERM): streaming resumes, nothing lost or repeated", restart)
     env.check("--capture auto on wal_level=logical chooses native", auto_on_logical)

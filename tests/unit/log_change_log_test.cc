@@ -112,6 +112,36 @@ TEST(ChangeLog, AppendVisibleIsReadableAtOnceAndDurableSoonAfter) {
   EXPECT_EQ(read_all(*reopened, Lsn(0)), range(1, 40));
 }
 
+// How far a source has read its upstream: reported when it passes the log's end, never going
+// back, waking listeners only when it moves, and not kept across a reopen.
+TEST(ChangeLog, ReadThroughFollowsTheSourceAndTheLogsEnd) {
+  TempDir dir;
+  auto log = open_log(options_for(dir));
+  ASSERT_NE(log, nullptr);
+  int woken = 0;
+  log->on_visible([&woken] { ++woken; });
+  append_txns(*log, 1, 2);
+  const int after_appends = woken;
+  const Lsn end = log->last_end_lsn();
+  EXPECT_EQ(log->read_through(), end);
+  log->note_read_through(Lsn(end.value() - 1));  // behind the log: nothing moves
+  EXPECT_EQ(log->read_through(), end);
+  EXPECT_EQ(woken, after_appends);
+  log->note_read_through(Lsn(end.value() + 1000));
+  EXPECT_EQ(log->read_through(), Lsn(end.value() + 1000));
+  EXPECT_EQ(woken, after_appends + 1);
+  log->note_read_through(Lsn(end.value() + 1000));  // the same again: no wake
+  log->note_read_through(Lsn(end.value() + 10));    // an older report: ignored
+  EXPECT_EQ(log->read_through(), Lsn(end.value() + 1000));
+  EXPECT_EQ(woken, after_appends + 1);
+  append_txns(*log, 30, 31);  // entries past it: the log's end leads again
+  EXPECT_EQ(log->read_through(), log->last_end_lsn());
+  log.reset();
+  auto reopened = open_log(options_for(dir));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->read_through(), reopened->last_end_lsn());
+}
+
 TEST(ChangeLog, RestartRuleAtExactBoundaries) {
   TempDir dir;
   auto log = open_log(options_for(dir));

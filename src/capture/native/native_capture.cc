@@ -239,6 +239,9 @@ Status NativeCapture::pump() {
       // Nothing more on the socket: append what completed, as one batch.
       if (!waiting) PGRELAY_TRY(flush_pending());
       PGRELAY_TRY(maybe_report_progress());
+      // The upstream was quiet for the whole read: everything before its position is in the
+      // log, and walsenders may report it (an idle one, once; under load nothing waits here).
+      if (waiting && !builder_->in_transaction()) log_.note_read_through(stream_position_);
       continue;
     }
     if (auto* data = std::get_if<wire::XLogData>(&*frame)) {
