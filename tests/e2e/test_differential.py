@@ -881,13 +881,23 @@ def read(stream, prefix):
         return stream.messages
 
 
+def replayed(row, column):
+    """A replayed row's value of a column of the table's, by the name it had in the row's last
+    Relation: a RENAME COLUMN (to c_r) after the table's last change sent no Relation."""
+    name = column
+    while name not in row and name.endswith("_r"):
+        name = name[:-2]
+    return row.get(name)
+
+
 def end_state(upstream, messages):
     """The FOR ALL TABLES stream replayed, against the tables (text values, by column name),
     without the generator's model: a script or a shrunk workload is judged as a full one.
 
     Rows are kept by relation OID, so a table renamed, or dropped and made again, is followed. A
     Relation that names a column c_r where the one before named c is the generator's RENAME
-    COLUMN: rows read before keep their values under the new name. Judged: every permanent table
+    COLUMN: rows read before keep their values under the new name (a rename after the table's
+    last change is followed at the end, by name). Judged: every permanent table
     with a key as its replica identity (partitions too, under their own OIDs: p_all is not via
     the root), rows keyed by its replica identity's columns; an inheritance parent by its own
     rows (ONLY). REPLICA IDENTITY FULL and NOTHING have no key to replay by: their streams alone
@@ -942,7 +952,7 @@ def end_state(upstream, messages):
         out = ", ".join("CASE WHEN num_nonnulls(%s) = 1 THEN format('%%s', %s) END" % (c, c) for c in cols)
         rows = [dict(zip(cols, r)) for r in query_url(upstream, "SELECT %s FROM ONLY %s" % (out, name))]
         want = {tuple(r[k] for k in keys): r for r in rows}
-        got = {k: {c: v.get(c) for c in cols} for k, v in state.get(int(oid), {}).items()}
+        got = {k: {c: replayed(v, c) for c in cols} for k, v in state.get(int(oid), {}).items()}
         if got != want:
             keys = sorted(set(got) | set(want))
             k = next(k for k in keys if got.get(k) != want.get(k))
