@@ -605,6 +605,42 @@ def body(env):
                       "%s: the stream up to endpos" % name)
         print("    --endpos past a checkpoint: native ended in %.2fs, pgrelay in %.2fs"
               % (ended["native"], ended["pgrelay"]), flush=True)
+        # Again while a table no publication has is written without a pause: the upstream's
+        # walsender then never falls quiet, and keeps reporting its position.
+        busy = threading.Event()
+
+        def write_unpublished():
+            up = env.direct()
+            with up.cursor() as cur:
+                n = 0
+                while not busy.is_set():
+                    n += 1
+                    cur.execute("INSERT INTO ignored VALUES (%s, 'busy') ON CONFLICT (id) DO NOTHING",
+                                (100000 + n,))
+                    time.sleep(0.002)
+            up.close()
+        writer = threading.Thread(target=write_unpublished)
+        writer.start()
+        try:
+            time.sleep(0.5)
+            endpos = env.direct_query("SELECT pg_current_wal_lsn()::text")[0][0]
+            for name, args in (("native", native), ("pgrelay", recvlogical(relay, "endpos_slot"))):
+                t = time.monotonic()
+                try:
+                    r = subprocess.run(args + ["--start", "--endpos", endpos, "-o", "proto_version=1", "-o",
+                                               "publication_names=pub_endpos", "-f", "/dev/null", "-s", "1"],
+                                       capture_output=True, text=True, timeout=30)
+                except subprocess.TimeoutExpired:
+                    expect(False, "%s: pg_recvlogical --endpos %s (busy upstream) still running after 30 s"
+                           % (name, endpos))
+                ended[name] = time.monotonic() - t
+                expect_eq(r.returncode, 0, "%s: pg_recvlogical --endpos (busy upstream) exit code (stderr: %s)"
+                          % (name, r.stderr[-400:]))
+        finally:
+            busy.set()
+            writer.join(10)
+        print("    --endpos while unpublished writes go on: native ended in %.2fs, pgrelay in %.2fs"
+              % (ended["native"], ended["pgrelay"]), flush=True)
         env.direct_query("SELECT pg_drop_replication_slot('endpos_native')")
 
     def keyless_table():

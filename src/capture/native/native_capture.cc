@@ -239,9 +239,7 @@ Status NativeCapture::pump() {
       // Nothing more on the socket: append what completed, as one batch.
       if (!waiting) PGRELAY_TRY(flush_pending());
       PGRELAY_TRY(maybe_report_progress());
-      // The upstream was quiet for the whole read: everything before its position is in the
-      // log, and walsenders may report it (an idle one, once; under load nothing waits here).
-      if (waiting && !builder_->in_transaction()) log_.note_read_through(stream_position_);
+      maybe_note_read_through();
       continue;
     }
     if (auto* data = std::get_if<wire::XLogData>(&*frame)) {
@@ -264,8 +262,22 @@ Status NativeCapture::pump() {
       PGRELAY_TRY(flush_pending());
       PGRELAY_TRY(report_progress());
     }
+    if (advanced) maybe_note_read_through();
   }
   return {};
+}
+
+// Walsenders report the position in keepalives, as Postgres's report the WAL they decoded
+// (pg_recvlogical --endpos waits for one): each note wakes every walsender of the database, so
+// at most one per kReadThroughEvery; the quiet socket's timeout (100 ms) gives the last one.
+constexpr auto kReadThroughEvery = std::chrono::milliseconds(100);
+
+void NativeCapture::maybe_note_read_through() {
+  if (builder_->in_transaction() || !pending_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_read_through_ < kReadThroughEvery) return;
+  last_read_through_ = now;
+  log_.note_read_through(stream_position_);
 }
 
 Status NativeCapture::handle(const wire::XLogData& data) {

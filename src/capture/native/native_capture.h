@@ -137,6 +137,9 @@ class NativeCapture {
   Status report_progress();
   // report_progress() when status_interval passed, or report_gap and the log made more durable.
   Status maybe_report_progress();
+  // Tells the log how far the upstream has been read (ChangeLog::note_read_through) when
+  // nothing read is pending and kReadThroughEvery has passed since the last time.
+  void maybe_note_read_through();
   void reset_stream();
   void note_error(const Error& error);
   void sleep_interruptibly(std::chrono::milliseconds duration);
@@ -185,6 +188,7 @@ class NativeCapture {
   pgoutput::Xid stream_xid_ = 0;  // the block being read, when in_stream_
   StreamedTransaction* in_stream_ = nullptr;
   std::chrono::steady_clock::time_point last_status_{};
+  std::chrono::steady_clock::time_point last_read_through_{};
   bool connected_before_ = false;
 
   std::thread thread_;
