@@ -4,8 +4,9 @@
 Checks: pg_recvlogical (changes, logical messages written upstream and through pgrelay, resume),
 psycopg2's exported snapshot as a consistent copy point under concurrent writes, tables added
 to publications after start, publication changes whose commits a synchronous standby holds
-invisible (and an upstream restart meanwhile), pg_recvlogical --endpos on an idle stream, a table without replica identity in an insert-only publication,
---capture auto's choice and the refusal of a trigger-captured data directory, and a restart.
+invisible (and an upstream restart meanwhile), pg_recvlogical --endpos on an idle and on a busy
+upstream, a table without replica identity in an insert-only publication, --capture auto's
+choice and the refusal of a trigger-captured data directory, and a restart.
 """
 import os
 import re
