@@ -59,7 +59,7 @@ std::optional<std::uint64_t> decimal_xid(const std::string& content) {
   const char* end = begin + content.size();
   std::uint64_t xid = 0;
   auto [at, ec] = std::from_chars(begin, end, xid);
-  if (ec != std::errc() || at != end || content.empty()) return std::nullopt;
+  if (ec != std::errc() || at != end) return std::nullopt;  // empty: invalid_argument
   return xid;
 }
 
