@@ -587,25 +587,33 @@ def body(env):
         create_slot(relay, "endpos_slot")
         env.direct_query("INSERT INTO endpos_t VALUES (60, 'before endpos')")
         env.direct_query("CHECKPOINT")  # WAL that no transaction wrote
+        slots = (("native", native), ("pgrelay", recvlogical(relay, "endpos_slot")))
+
+        def run_to(endpos, when, path=None):
+            """Each slot's pg_recvlogical --endpos, its stream written to `path` % its name."""
+            ended = {}
+            for name, args in slots:
+                t = time.monotonic()
+                try:
+                    out = path % name if path else "/dev/null"
+                    r = subprocess.run(args + ["--start", "--endpos", endpos, "-o", "proto_version=1", "-o",
+                                               "publication_names=pub_endpos", "-f", out, "-s", "1"],
+                                       capture_output=True, text=True, timeout=30)
+                except subprocess.TimeoutExpired:
+                    expect(False, "%s: pg_recvlogical --endpos %s (%s) still running after 30 s"
+                           % (name, endpos, when))
+                ended[name] = time.monotonic() - t
+                expect_eq(r.returncode, 0, "%s: pg_recvlogical --endpos (%s) exit code (stderr: %s)"
+                          % (name, when, r.stderr[-400:]))
+            print("    --endpos %s: native ended in %.2fs, pgrelay in %.2fs"
+                  % (when, ended["native"], ended["pgrelay"]), flush=True)
         endpos = env.direct_query("SELECT pg_current_wal_lsn()::text")[0][0]
-        ended = {}
-        for name, args in (("native", native), ("pgrelay", recvlogical(relay, "endpos_slot"))):
-            path = os.path.join(env.base, "endpos-%s.bin" % name)
-            t = time.monotonic()
-            try:
-                r = subprocess.run(args + ["--start", "--endpos", endpos, "-o", "proto_version=1", "-o",
-                                           "publication_names=pub_endpos", "-f", path, "-s", "1"],
-                                   capture_output=True, text=True, timeout=30)
-            except subprocess.TimeoutExpired:
-                expect(False, "%s: pg_recvlogical --endpos %s still running after 30 s" % (name, endpos))
-            ended[name] = time.monotonic() - t
-            expect_eq(r.returncode, 0, "%s: pg_recvlogical --endpos exit code (stderr: %s)" % (name, r.stderr[-400:]))
-            with open(path, "rb") as f:
+        run_to(endpos, "past a checkpoint", os.path.join(env.base, "endpos-%s.bin"))
+        for name, _ in slots:
+            with open(os.path.join(env.base, "endpos-%s.bin" % name), "rb") as f:
                 got = session_of(decode_recvlogical(f.read())).changes()
             expect_eq(got, [[("I", "public.endpos_t", ["60", "before endpos"])]],
                       "%s: the stream up to endpos" % name)
-        print("    --endpos past a checkpoint: native ended in %.2fs, pgrelay in %.2fs"
-              % (ended["native"], ended["pgrelay"]), flush=True)
         # Again while a table no publication has is written without a pause: the upstream's
         # walsender then never falls quiet, and keeps reporting its position.
         busy = threading.Event()
@@ -624,24 +632,10 @@ def body(env):
         writer.start()
         try:
             time.sleep(0.5)
-            endpos = env.direct_query("SELECT pg_current_wal_lsn()::text")[0][0]
-            for name, args in (("native", native), ("pgrelay", recvlogical(relay, "endpos_slot"))):
-                t = time.monotonic()
-                try:
-                    r = subprocess.run(args + ["--start", "--endpos", endpos, "-o", "proto_version=1", "-o",
-                                               "publication_names=pub_endpos", "-f", "/dev/null", "-s", "1"],
-                                       capture_output=True, text=True, timeout=30)
-                except subprocess.TimeoutExpired:
-                    expect(False, "%s: pg_recvlogical --endpos %s (busy upstream) still running after 30 s"
-                           % (name, endpos))
-                ended[name] = time.monotonic() - t
-                expect_eq(r.returncode, 0, "%s: pg_recvlogical --endpos (busy upstream) exit code (stderr: %s)"
-                          % (name, r.stderr[-400:]))
+            run_to(env.direct_query("SELECT pg_current_wal_lsn()::text")[0][0], "while unpublished writes go on")
         finally:
             busy.set()
             writer.join(10)
-        print("    --endpos while unpublished writes go on: native ended in %.2fs, pgrelay in %.2fs"
-              % (ended["native"], ended["pgrelay"]), flush=True)
         env.direct_query("SELECT pg_drop_replication_slot('endpos_native')")
 
     def keyless_table():
