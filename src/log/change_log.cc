@@ -993,7 +993,7 @@ void ChangeLog::note_read_through(Lsn lsn) {
 
 Lsn ChangeLog::read_through() const {
   std::lock_guard lock(mu_);
-  return std::max(read_through_, last_end_lsn_);
+  return read_through_;  // never last_end_lsn_: a durable append is written before readers see it
 }
 
 LogStats ChangeLog::stats() const {

@@ -168,7 +168,8 @@ class ChangeLog {
   // have decoded, which pg_recvlogical --endpos waits for). Wakes the on_visible listeners when
   // it moves.
   void note_read_through(Lsn lsn);
-  // The greater of last_end_lsn() and what was noted.
+  // What was noted (invalid when nothing was): not the log's end, which an append reaches
+  // before its batch is visible to readers.
   Lsn read_through() const;
   std::uint64_t system_id() const { return system_id_; }
   LogStats stats() const;
