@@ -97,14 +97,17 @@ class Fields {
   std::string_view data_;
 };
 
-// The value of the last attribute (p= or v=) with its base64 re-encoded canonically, or nullopt
-// if it does not decode: two messages equal after this carry the same proof or signature.
-std::optional<std::string> canonical_tail(std::string_view message, std::string_view attr) {
-  const std::size_t at = message.rfind(attr);
-  if (at == std::string_view::npos) return std::nullopt;
-  auto decoded = base64_decode(message.substr(at + attr.size()));
+// The message with its last attribute's value (p= or v=, base64, which holds no comma) re-encoded
+// canonically, or nullopt if that attribute is not `name` or does not decode: two messages equal
+// after this carry the same proof or signature. The attribute is found by its comma, not by
+// searching for "v=": a signature whose base64 ends in 'v' before its '=' pad holds "v=" too.
+std::optional<std::string> canonical_tail(std::string_view message, char name) {
+  const std::size_t comma = message.rfind(',');
+  const std::size_t at = comma == std::string_view::npos ? 0 : comma + 1;
+  if (message.size() < at + 2 || message[at] != name || message[at + 1] != '=') return std::nullopt;
+  auto decoded = base64_decode(message.substr(at + 2));
   if (!decoded) return std::nullopt;
-  return std::string(message.substr(0, at + attr.size())) + base64_encode(*decoded);
+  return std::string(message.substr(0, at + 2)) + base64_encode(*decoded);
 }
 
 ScramKey hmac(const ScramKey& key, std::string_view data) {
@@ -310,7 +313,7 @@ void full_exchange(std::uint8_t flags, Fields in) {
   } else if (server_final.ok()) {
     // Only a re-spelling of the proof's base64 (unused low bits) can still pass.
     check(mutation.message == 2 && expect_success);
-    check(canonical_tail(msg3, ",p=") == canonical_tail(*client_final, ",p="));
+    check(canonical_tail(msg3, 'p') == canonical_tail(*client_final, 'p'));
   }
   check(server.succeeded() == server_final.ok());
   if (!server_final.ok()) return;
@@ -321,7 +324,7 @@ void full_exchange(std::uint8_t flags, Fields in) {
   if (msg4 == *server_final) {
     check(done.ok());
   } else if (done.ok()) {
-    check(canonical_tail(msg4, "v=") == canonical_tail(*server_final, "v="));
+    check(canonical_tail(msg4, 'v') == canonical_tail(*server_final, 'v'));
   }
   check(client.succeeded() == done.ok());
   if (done.ok()) check(client.channel_bound() == plus);
@@ -401,7 +404,7 @@ void client_messages(std::uint8_t flags, Fields in) {
     check(!done.ok() && done.error().sqlstate == sqlstate::kInvalidAuthorization);
   }
   if (done.ok()) {
-    check(canonical_tail(server_final, "v=") == canonical_tail(right_final, "v="));
+    check(canonical_tail(server_final, 'v') == canonical_tail(right_final, 'v'));
     check(client.channel_bound() == (binding_mode == 2));
   }
 }
