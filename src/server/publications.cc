@@ -10,6 +10,7 @@
 #include <string_view>
 #include <thread>
 
+#include "pgoutput/publication_catalog.h"
 #include "server/row_filter.h"
 
 namespace pgrelay::server {
@@ -57,100 +58,60 @@ struct Pub {
   log::OperationSet operations = 0;
 };
 
-// One (publication, table) pair of pg_publication_tables with its pg_publication_rel row.
-struct PubTable {
-  std::string pub;
-  pgoutput::Oid oid = 0;
-  std::string schema, table;
-  int natts = 0;            // pg_class.relnatts: dropped and generated columns included
-  bool via_schema = false;  // the publication has the table's schema (FOR TABLES IN SCHEMA)
-  bool has_rel_row = false;
-  std::optional<std::vector<std::string>> columns;  // prattrs, by name in attnum order
-  int list_size = 0;
-  std::optional<std::string> qual;  // pg_get_expr(prqual, prrelid)
-};
-
-std::vector<std::string> parse_text_array(const char* text) {
-  // array_agg(name::text) output: {a,"b c"}; elements quoted when needed.
-  std::vector<std::string> out;
-  std::string_view s(text);
-  if (s.size() < 2) return out;
-  s = s.substr(1, s.size() - 2);
-  std::size_t i = 0;
-  while (i < s.size()) {
-    std::string item;
-    if (s[i] == '"') {
-      ++i;
-      while (i < s.size() && s[i] != '"') {
-        if (s[i] == '\\' && i + 1 < s.size()) ++i;
-        item += s[i++];
-      }
-      ++i;
-    } else {
-      while (i < s.size() && s[i] != ',') item += s[i++];
-    }
-    out.push_back(std::move(item));
-    if (i < s.size() && s[i] == ',') ++i;
-  }
+Pub pub_of(const pgoutput::CatalogPublication& p) {
+  Pub out;
+  out.name = p.name;
+  out.oid = p.oid;
+  out.all_tables = p.all_tables;
+  out.via_root = p.via_root;
+  if (p.insert) out.operations |= log::kOpInsert;
+  if (p.update) out.operations |= log::kOpUpdate;
+  if (p.del) out.operations |= log::kOpDelete;
+  if (p.truncate) out.operations |= log::kOpTruncate;
   return out;
 }
+
+Error no_such_publication(const std::string& name) {
+  return Error::make(sqlstate::kUndefinedObject, "publication \"" + name + "\" does not exist",
+                     "Create it on the upstream with CREATE PUBLICATION, or fix "
+                     "publication_names.");
+}
+
+using PubTable = pgoutput::CatalogTable;
 
 std::string qualified(const PubTable& t) {
   return t.schema + "." + t.table;
 }
 
-struct FilterDatabase {
-  bool collation_is_c = false;
-};
-
-Result<FilterDatabase> load_filter_database(PGconn* conn) {
-  auto db = query(conn,
-                  "SELECT datcollate IN ('C', 'POSIX') AND datlocprovider = 'c' "
-                  "FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()",
-                  nullptr);
-  if (!db.ok()) return db.error();
-  FilterDatabase out;
-  out.collation_is_c = PQntuples(db->get()) == 1 && PQgetvalue(db->get(), 0, 0)[0] == 't';
-  return out;
-}
-
 struct FilterLayout {
-  pgoutput::Relation relation;  // the columns as a Relation would describe them now
+  pgoutput::Relation relation;  // the columns as a Relation would describe them then
   FilterContext context;
 };
 
-// The table's columns now, to check its filters at START_REPLICATION; the same context serves
+// The table's columns as the catalog has them, to check its filters; the same context serves
 // binding to the Relations the log holds.
-Result<FilterLayout> load_filter_layout(PGconn* conn, pgoutput::Oid oid, const PubTable& table) {
-  const std::string oid_text = std::to_string(oid);
-  auto cols =
-      query(conn,
-            "SELECT a.attname, a.atttypid, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-            "  COALESCE(co.collname, ''), COALESCE(co.collisdeterministic, true) "
-            "FROM pg_catalog.pg_attribute a "
-            "LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation "
-            "WHERE a.attrelid = $1::pg_catalog.oid AND a.attnum > 0 "
-            "  AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
-            &oid_text);
-  if (!cols.ok()) return cols.error();
+FilterLayout filter_layout(const pgoutput::PublicationCatalog& catalog, pgoutput::Oid oid,
+                           const PubTable& table) {
   FilterLayout out;
   out.relation.oid = oid;
   out.relation.namespace_name = table.schema;
   out.relation.name = table.table;
-  for (int row = 0; row < PQntuples(cols->get()); ++row) {
-    PGresult* r = cols->get();
+  auto columns = catalog.filter_columns.find(oid);
+  if (columns == catalog.filter_columns.end()) return out;
+  for (const pgoutput::CatalogFilterColumn& c : columns->second) {
     pgoutput::Column col;
-    col.name = PQgetvalue(r, row, 0);
-    col.type_oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 1)));
+    col.name = c.name;
+    col.type_oid = c.type_oid;
     FilterColumn info;
-    info.type_name = PQgetvalue(r, row, 2);
-    info.collation = PQgetvalue(r, row, 3);
-    info.deterministic = PQgetvalue(r, row, 4)[0] == 't';
+    info.type_name = c.type_name;
+    info.collation = c.collation;
+    info.deterministic = c.deterministic;
     out.context.columns[col.name] = std::move(info);
     out.relation.columns.push_back(std::move(col));
   }
   return out;
 }
+
 Error unsupported_filter(const std::string& pub, const PubTable& t, const Error& why) {
   Error e = Error::make(sqlstate::kFeatureNotSupported,
                         "publication \"" + pub + "\" has a row filter on table \"" + qualified(t) +
@@ -163,40 +124,15 @@ Error unsupported_filter(const std::string& pub, const PubTable& t, const Error&
 
 // The requested publications in publication_names order, as LoadPublications builds the
 // list; 42704 'publication "x" does not exist' for a missing one, as pgoutput.
-Result<std::vector<Pub>> load_publications(PGconn* conn, const std::vector<std::string>& names,
-                                           const std::string& array) {
-  // Before 13 no publication publishes via the root.
-  const std::string sql =
-      std::string(
-          "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, "
-          "oid, ") +
-      (PQserverVersion(conn) >= 130000 ? "pubviaroot" : "false") +
-      " FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])";
-  auto res = query(conn, sql.c_str(), &array);
-  if (!res.ok()) return res.error();
+Result<std::vector<Pub>> select_publications(
+    const std::vector<pgoutput::CatalogPublication>& publications,
+    const std::vector<std::string>& names) {
   std::vector<Pub> pubs;
   for (const auto& name : names) {
-    bool found = false;
-    for (int row = 0; row < PQntuples(res->get()); ++row) {
-      if (name != PQgetvalue(res->get(), row, 0)) continue;
-      found = true;
-      auto flag = [&](int col) { return PQgetvalue(res->get(), row, col)[0] == 't'; };
-      Pub p;
-      p.name = name;
-      p.all_tables = flag(1);
-      if (flag(2)) p.operations |= log::kOpInsert;
-      if (flag(3)) p.operations |= log::kOpUpdate;
-      if (flag(4)) p.operations |= log::kOpDelete;
-      if (flag(5)) p.operations |= log::kOpTruncate;
-      p.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(res->get(), row, 6)));
-      p.via_root = flag(7);
-      pubs.push_back(std::move(p));
-    }
-    if (!found) {
-      return Error::make(sqlstate::kUndefinedObject, "publication \"" + name + "\" does not exist",
-                         "Create it on the upstream with CREATE PUBLICATION, or fix "
-                         "publication_names.");
-    }
+    auto it = std::find_if(publications.begin(), publications.end(),
+                           [&](const pgoutput::CatalogPublication& p) { return p.name == name; });
+    if (it == publications.end()) return no_such_publication(name);
+    pubs.push_back(pub_of(*it));
   }
   return pubs;
 }
@@ -244,8 +180,8 @@ using RelPubs = std::vector<std::pair<const Pub*, const PubTable*>>;
 // pgoutput's publish actions, pgoutput_row_filter_init and pgoutput_column_list_init for the
 // table `oid` and the publications publishing it (`rel_pubs`, not empty, in publication_names
 // order, each with its pg_publication_tables row of the table).
-Result<log::TableRule> table_rule(PGconn* conn, pgoutput::Oid oid, const RelPubs& rel_pubs,
-                                  std::optional<FilterDatabase>& database) {
+Result<log::TableRule> table_rule(const pgoutput::PublicationCatalog& catalog, pgoutput::Oid oid,
+                                  const RelPubs& rel_pubs) {
   log::TableRule rule;
   for (const auto& [p, t] : rel_pubs) rule.operations |= p->operations;
   const PubTable& table = *rel_pubs.front().second;
@@ -269,25 +205,19 @@ Result<log::TableRule> table_rule(PGconn* conn, pgoutput::Oid oid, const RelPubs
   }
   for (int a = 0; a < 3; ++a) {
     if (no_filter[a] || filters[a].empty()) continue;
-    if (!database) {
-      auto db = load_filter_database(conn);
-      if (!db.ok()) return db.error();
-      database = std::move(*db);
-    }
-    auto layout = load_filter_layout(conn, oid, table);
-    if (!layout.ok()) return layout.error();
+    const FilterLayout layout = filter_layout(catalog, oid, table);
     // Each publication's filter alone first, so that a refusal names the right one.
     std::vector<std::string> texts;
     for (const auto& [pub, text] : filters[a]) {
       PubTable named = table;
       named.qual = text;
-      auto one = make_row_filter({text}, layout->context);
+      auto one = make_row_filter({text}, layout.context);
       if (!one.ok()) return unsupported_filter(pub, named, one.error());
-      auto bound = (*one)->bind(layout->relation);
+      auto bound = (*one)->bind(layout.relation);
       if (!bound.ok()) return unsupported_filter(pub, named, bound.error());
       texts.push_back(text);
     }
-    auto combined = make_row_filter(texts, layout->context);
+    auto combined = make_row_filter(texts, layout.context);
     if (!combined.ok()) return combined.error();
     rule.filters[a] = std::move(*combined);
   }
@@ -317,15 +247,7 @@ Result<log::TableRule> table_rule(PGconn* conn, pgoutput::Oid oid, const RelPubs
   return rule;
 }
 
-// A table of the partition trees: a partition or a partitioned table (pg_class.relkind 'r' or
-// 'p'), with its ancestors from its parent up to the root.
-struct TreeNode {
-  pgoutput::Oid oid = 0;
-  bool partitioned = false;
-  pgoutput::Oid namespace_oid = 0;
-  std::string schema, table;
-  std::vector<pgoutput::Oid> ancestors;
-};
+using TreeNode = pgoutput::CatalogTreeNode;
 
 // What pgoutput's get_rel_sync_entry decides for one relation of a partition tree.
 struct Publishing {
@@ -387,122 +309,22 @@ Publishing resolve_publishing(const TreeNode& node, const std::vector<Pub>& pubs
   return out;
 }
 
-// "{1,2,3}" (an oid[] as text) as OIDs.
-std::vector<pgoutput::Oid> parse_oid_array(const char* text) {
-  std::vector<pgoutput::Oid> out;
-  for (const std::string& item : parse_text_array(text)) {
-    out.push_back(static_cast<pgoutput::Oid>(std::stoul(item)));
-  }
-  return out;
-}
-
-// An oid[] literal.
-std::string oid_array(const std::vector<pgoutput::Oid>& oids) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < oids.size(); ++i) out += (i ? "," : "") + std::to_string(oids[i]);
-  return out + "}";
-}
-
-// The Relations of `oids` (partitioned tables) as logicalrep_write_rel describes them: live,
-// non-generated columns in attribute order, each flagged when it is in the replica identity.
-Result<std::map<pgoutput::Oid, pgoutput::Relation>> load_ancestors(
-    PGconn* conn, const std::vector<pgoutput::Oid>& oids) {
-  const std::string array = oid_array(oids);
-  auto rows = query(
-      conn,
-      "SELECT c.oid, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, "
-      "  a.atttypmod, CASE c.relreplident WHEN 'f' THEN true WHEN 'n' THEN false ELSE EXISTS ("
-      "    SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid"
-      "      AND ((c.relreplident = 'd' AND i.indisprimary)"
-      "        OR (c.relreplident = 'i' AND i.indisreplident))"
-      "      AND a.attnum = ANY (i.indkey)) END "
-      "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-      "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
-      "WHERE c.oid = ANY ($1::pg_catalog.oid[]) AND a.attnum > 0 AND NOT a.attisdropped "
-      "  AND a.attgenerated = '' ORDER BY c.oid, a.attnum",
-      &array);
-  if (!rows.ok()) return rows.error();
-  std::map<pgoutput::Oid, pgoutput::Relation> out;
-  PGresult* r = rows->get();
-  for (int row = 0; row < PQntuples(r); ++row) {
-    const auto oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 0)));
-    pgoutput::Relation& rel = out[oid];
-    if (rel.oid == 0) {
-      rel.oid = oid;
-      const std::string schema = PQgetvalue(r, row, 1);
-      rel.namespace_name = schema == "pg_catalog" ? std::string() : schema;
-      rel.name = PQgetvalue(r, row, 2);
-      rel.replica_identity = PQgetvalue(r, row, 3)[0];
-    }
-    pgoutput::Column column;
-    column.name = PQgetvalue(r, row, 4);
-    column.type_oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 5)));
-    column.type_modifier = std::atoi(PQgetvalue(r, row, 6));
-    column.flags = PQgetvalue(r, row, 7)[0] == 't' ? pgoutput::kColumnIsKey : 0;
-    rel.columns.push_back(std::move(column));
-  }
-  return out;
-}
-
 // Partitions that a publication with publish_via_partition_root publishes as an ancestor:
 // their rules become the ancestor's (row filters and column list of the publications that
 // publish it so, publish actions of all that publish the partition), with the ancestor's
 // Relation to send them as. pg_publication_tables lists such an ancestor, not its partitions,
 // so each partition is added by name too.
-Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
+Status add_partitions_via_root(const pgoutput::PublicationCatalog& catalog,
+                               const std::vector<Pub>& pubs,
                                const std::map<pgoutput::Oid, std::vector<PubTable>>& by_table,
-                               std::optional<FilterDatabase>& database,
                                log::PublicationTables& out) {
-  std::vector<pgoutput::Oid> pub_oids;
-  bool via_root = false;
-  for (const Pub& p : pubs) {
-    pub_oids.push_back(p.oid);
-    via_root |= p.via_root;
-  }
-  if (!via_root) return {};
-  const std::string pub_array = oid_array(pub_oids);
-  auto rel_rows = query(conn,
-                        "SELECT prpubid, prrelid FROM pg_catalog.pg_publication_rel "
-                        "WHERE prpubid = ANY ($1::pg_catalog.oid[])",
-                        &pub_array);
-  if (!rel_rows.ok()) return rel_rows.error();
-  auto schema_rows = query(conn,
-                           "SELECT pnpubid, pnnspid FROM pg_catalog.pg_publication_namespace "
-                           "WHERE pnpubid = ANY ($1::pg_catalog.oid[])",
-                           &pub_array);
-  if (!schema_rows.ok()) return schema_rows.error();
-  auto pairs = [](PGresult* r) {
-    std::set<std::pair<pgoutput::Oid, pgoutput::Oid>> pairs_read;
-    for (int row = 0; row < PQntuples(r); ++row) {
-      pairs_read.insert({static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 0))),
-                         static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 1)))});
-    }
-    return pairs_read;
-  };
-  const auto rels = pairs(rel_rows->get());
-  const auto schemas = pairs(schema_rows->get());
-  auto tree =
-      query(conn,
-            "SELECT c.oid, c.relkind = 'p', c.relnamespace, n.nspname, c.relname, "
-            "  ARRAY(SELECT a.relid::pg_catalog.oid FROM pg_catalog.pg_partition_ancestors(c.oid) "
-            "        WITH ORDINALITY a(relid, i) WHERE a.relid <> c.oid ORDER BY a.i) "
-            "FROM pg_catalog.pg_class c "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relkind IN ('r', 'p') AND (c.relispartition OR c.relkind = 'p')",
-            nullptr);
-  if (!tree.ok()) return tree.error();
+  if (std::none_of(pubs.begin(), pubs.end(), [](const Pub& p) { return p.via_root; })) return {};
+  const std::set<std::pair<pgoutput::Oid, pgoutput::Oid>> rels(catalog.rels.begin(),
+                                                               catalog.rels.end());
+  const std::set<std::pair<pgoutput::Oid, pgoutput::Oid>> schemas(catalog.schemas.begin(),
+                                                                  catalog.schemas.end());
   std::map<pgoutput::Oid, TreeNode> nodes;
-  PGresult* t = tree->get();
-  for (int row = 0; row < PQntuples(t); ++row) {
-    TreeNode node;
-    node.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(t, row, 0)));
-    node.partitioned = PQgetvalue(t, row, 1)[0] == 't';
-    node.namespace_oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(t, row, 2)));
-    node.schema = PQgetvalue(t, row, 3);
-    node.table = PQgetvalue(t, row, 4);
-    node.ancestors = parse_oid_array(PQgetvalue(t, row, 5));
-    nodes.emplace(node.oid, std::move(node));
-  }
+  for (const TreeNode& node : catalog.tree) nodes.emplace(node.oid, node);
 
   // Each partition published as an ancestor, with how.
   std::vector<std::pair<const TreeNode*, Publishing>> moved;
@@ -515,18 +337,13 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
     moved.push_back({&node, std::move(how)});
   }
   if (moved.empty()) return {};
-  std::vector<pgoutput::Oid> ancestor_oids;
-  for (const auto& [oid, as] : ancestors) ancestor_oids.push_back(oid);
-  auto relations = load_ancestors(conn, ancestor_oids);
-  if (!relations.ok()) return relations.error();
   for (auto& [oid, as] : ancestors) {
     auto node = nodes.find(oid);
-    auto relation = relations->find(oid);
-    if (node == nodes.end() || relation == relations->end()) {
-      return Error::make(sqlstate::kObjectNotInPrerequisiteState,
-                         "partitioned table with OID " + std::to_string(oid) +
-                             " changed while its publications were read",
-                         "Retry START_REPLICATION.");
+    auto relation = catalog.partitioned.find(oid);
+    if (node == nodes.end() || relation == catalog.partitioned.end()) {
+      return Error::make(sqlstate::kDataCorrupted,
+                         "the publications' catalog has no partitioned table with OID " +
+                             std::to_string(oid) + ", which a partition's ancestors name");
     }
     as = std::make_shared<log::PublishedAs>();
     as->relation = relation->second;
@@ -542,7 +359,7 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
   }
 
   // The ancestor's rule for the publications publishing its partitions so, built once for all
-  // of them: a row filter costs upstream queries (its layout, the database's collation).
+  // of them (a row filter is parsed and checked once).
   std::map<std::pair<pgoutput::Oid, std::vector<const Pub*>>, log::TableRule> ancestor_rules;
   for (const auto& [leaf, how] : moved) {
     auto known = ancestor_rules.find({how.as, how.pubs});
@@ -555,7 +372,7 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
     }
     const TreeNode& ancestor = nodes.at(how.as);
     // The pg_publication_tables row of the ancestor for each publication publishing it so
-    // (absent only if the catalog changed between the two reads: then no filter, no list).
+    // (none for FOR ALL TABLES: then no filter, no list).
     std::vector<PubTable> fallback;
     fallback.reserve(how.pubs.size());
     RelPubs rel_pubs;
@@ -564,12 +381,12 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
       const PubTable* row = nullptr;
       if (listed != by_table.end()) {
         for (const PubTable& pt : listed->second) {
-          if (pt.pub == p->name) row = &pt;
+          if (pt.pub == p->oid) row = &pt;
         }
       }
       if (row == nullptr) {
         PubTable none;
-        none.pub = p->name;
+        none.pub = p->oid;
         none.oid = how.as;
         none.schema = ancestor.schema;
         none.table = ancestor.table;
@@ -578,7 +395,7 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
       }
       rel_pubs.push_back({p, row});
     }
-    auto rule = table_rule(conn, how.as, rel_pubs, database);
+    auto rule = table_rule(catalog, how.as, rel_pubs);
     if (!rule.ok()) return rule.error();
     rule->publish_as = ancestors.at(how.as);
     ancestor_rules.emplace(std::make_pair(how.as, how.pubs), *rule);
@@ -589,88 +406,128 @@ Status add_partitions_via_root(PGconn* conn, const std::vector<Pub>& pubs,
   return {};
 }
 
+// Whether pg_publication_tables lists `t` for a FOR ALL TABLES publication: every table that
+// is not a partition, and with publish_via_partition_root the partitioned roots instead of
+// their partitions, else the partitions instead of the partitioned tables.
+bool all_tables_lists(const Pub& p, const PubTable& t) {
+  return p.via_root ? !t.is_partition : !t.partitioned;
+}
+
 // pgoutput's get_rel_sync_entry, pgoutput_row_filter_init and pgoutput_column_list_init for
-// every table the publications publish now (non-partition case: pgrelay captures leaf tables).
-Result<log::PublicationTables> load_table_rules(PGconn* conn, const std::vector<Pub>& pubs,
-                                                const std::string& array) {
+// every table the publications publish (non-partition case: pgrelay captures leaf tables).
+// A table only FOR ALL TABLES publications publish has no entry: their actions (all_tables)
+// decide it, as an entry without filter or list would.
+Result<log::PublicationTables> table_rules(const pgoutput::PublicationCatalog& catalog,
+                                           const std::vector<Pub>& pubs) {
   log::PublicationTables out;
   for (const Pub& p : pubs) {
     if (p.all_tables) out.all_tables |= p.operations;
   }
-  auto schemas = query(conn,
-                       "SELECT p.pubname, n.nspname FROM pg_catalog.pg_publication_namespace pn "
-                       "JOIN pg_catalog.pg_publication p ON p.oid = pn.pnpubid "
-                       "JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid "
-                       "WHERE p.pubname = ANY($1::text[])",
-                       &array);
-  if (!schemas.ok()) return schemas.error();
-  for (int row = 0; row < PQntuples(schemas->get()); ++row) {
-    const std::string pub = PQgetvalue(schemas->get(), row, 0);
+  for (const auto& [pub, nsp] : catalog.schemas) {
     for (const Pub& p : pubs) {
-      if (p.name == pub) out.schemas[PQgetvalue(schemas->get(), row, 1)] |= p.operations;
+      if (p.oid == pub) out.schemas[catalog.schema_names.at(nsp)] |= p.operations;
     }
   }
-  auto rows = query(
-      conn,
-      "SELECT t.pubname, c.oid, t.schemaname, t.tablename, c.relnatts, "
-      "  EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn "
-      "          WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace), "
-      "  pr.oid IS NOT NULL, pr.prattrs IS NOT NULL, "
-      "  (SELECT pg_catalog.array_agg(a.attname::text ORDER BY a.attnum) "
-      "     FROM pg_catalog.pg_attribute a "
-      "    WHERE a.attrelid = c.oid AND a.attnum = ANY (pr.prattrs::pg_catalog.int2[])), "
-      "  pg_catalog.cardinality(pr.prattrs::pg_catalog.int2[]), "
-      "  pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
-      "FROM pg_catalog.pg_publication_tables t "
-      "JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname "
-      "JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname "
-      "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
-      "LEFT JOIN pg_catalog.pg_publication_rel pr ON pr.prpubid = p.oid AND pr.prrelid = c.oid "
-      "WHERE t.pubname = ANY ($1::text[])",
-      &array);
-  if (!rows.ok()) return rows.error();
   std::map<pgoutput::Oid, std::vector<PubTable>> by_table;
-  for (int row = 0; row < PQntuples(rows->get()); ++row) {
-    PGresult* r = rows->get();
-    PubTable t;
-    t.pub = PQgetvalue(r, row, 0);
-    t.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(r, row, 1)));
-    t.schema = PQgetvalue(r, row, 2);
-    t.table = PQgetvalue(r, row, 3);
-    t.natts = std::atoi(PQgetvalue(r, row, 4));
-    t.via_schema = PQgetvalue(r, row, 5)[0] == 't';
-    t.has_rel_row = PQgetvalue(r, row, 6)[0] == 't';
-    if (PQgetvalue(r, row, 7)[0] == 't') {
-      t.columns = PQgetisnull(r, row, 8) ? std::vector<std::string>()
-                                         : parse_text_array(PQgetvalue(r, row, 8));
-      t.list_size = PQgetisnull(r, row, 9) ? 0 : std::atoi(PQgetvalue(r, row, 9));
+  for (const PubTable& t : catalog.tables) {
+    if (std::none_of(pubs.begin(), pubs.end(), [&](const Pub& p) { return p.oid == t.pub; })) {
+      continue;
     }
-    if (!PQgetisnull(r, row, 10)) t.qual = PQgetvalue(r, row, 10);
     out.names[{t.schema, t.table}] = t.oid;
-    by_table[t.oid].push_back(std::move(t));
+    by_table[t.oid].push_back(t);
   }
-
-  std::optional<FilterDatabase> database;
   for (auto& [oid, entries] : by_table) {
-    // The publications publishing this table, in publication_names order.
+    // The publications publishing this table, in publication_names order; a FOR ALL TABLES
+    // one with the row pg_publication_tables has for it (no pg_publication_rel row).
+    std::vector<PubTable> all_tables_rows;
+    all_tables_rows.reserve(pubs.size());
     RelPubs rel_pubs;
     for (const Pub& p : pubs) {
+      if (p.all_tables) {
+        if (!all_tables_lists(p, entries.front())) continue;
+        PubTable row = entries.front();
+        row.pub = p.oid;
+        row.via_schema = row.has_rel_row = false;
+        row.columns.reset();
+        row.list_size = 0;
+        row.qual.reset();
+        all_tables_rows.push_back(std::move(row));
+        rel_pubs.push_back({&p, &all_tables_rows.back()});
+        continue;
+      }
       for (const PubTable& t : entries) {
-        if (t.pub == p.name) rel_pubs.push_back({&p, &t});
+        if (t.pub == p.oid) rel_pubs.push_back({&p, &t});
       }
     }
     if (rel_pubs.empty()) continue;
-    auto rule = table_rule(conn, oid, rel_pubs, database);
+    auto rule = table_rule(catalog, oid, rel_pubs);
     if (!rule.ok()) return rule.error();
     out.tables[oid] = std::move(*rule);
   }
-  PGRELAY_TRY(add_partitions_via_root(conn, pubs, by_table, database, out));
+  PGRELAY_TRY(add_partitions_via_root(catalog, pubs, by_table, out));
   return out;
 }
 
-// The view of the publications `pubs` (named in the text[] literal `array`).
-Result<log::ViewOptions> build_view(PGconn* conn, const std::vector<Pub>& pubs,
-                                    const std::string& array, bool messages) {
+// The PostgreSQL 15 view of `names`: per table, what pgoutput decides.
+Result<log::ViewOptions> view_of(const pgoutput::PublicationCatalog& catalog,
+                                 const std::vector<std::string>& names, bool messages) {
+  auto pubs = select_publications(catalog.publications, names);
+  if (!pubs.ok()) return pubs.error();
+  auto rules = table_rules(catalog, *pubs);
+  if (!rules.ok()) return rules.error();
+  log::ViewOptions view;
+  view.publications = std::move(*rules);
+  view.operations = log::kAllOperations & ~log::kOpMessage;
+  if (messages) view.operations |= log::kOpMessage;
+  return view;
+}
+
+Result<pgoutput::PublicationCatalog> read_catalog(PGconn* conn) {
+  const std::string sql = pgoutput::publication_catalog_query("ARRAY[]::text[]");
+  auto res = query(conn, sql.c_str(), nullptr);
+  if (!res.ok()) return res.error();
+  if (PQntuples(res->get()) != 1) {
+    return Error::make(sqlstate::kInternalError, "the publications' catalog query returned " +
+                                                     std::to_string(PQntuples(res->get())) +
+                                                     " rows");
+  }
+  return pgoutput::parse_publication_catalog(PQgetvalue(res->get(), 0, 0));
+}
+
+// ---- before PostgreSQL 15: publications by table name ----
+
+Result<std::vector<Pub>> load_publications_before_15(PGconn* conn,
+                                                     const std::vector<std::string>& names,
+                                                     const std::string& array) {
+  // Before 13 no publication publishes via the root.
+  const std::string sql =
+      std::string(
+          "SELECT pubname, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, "
+          "oid, ") +
+      (PQserverVersion(conn) >= 130000 ? "pubviaroot" : "false") +
+      " FROM pg_catalog.pg_publication WHERE pubname = ANY($1::text[])";
+  auto res = query(conn, sql.c_str(), &array);
+  if (!res.ok()) return res.error();
+  std::vector<pgoutput::CatalogPublication> rows;
+  for (int row = 0; row < PQntuples(res->get()); ++row) {
+    auto flag = [&](int col) { return PQgetvalue(res->get(), row, col)[0] == 't'; };
+    pgoutput::CatalogPublication p;
+    p.name = PQgetvalue(res->get(), row, 0);
+    p.all_tables = flag(1);
+    p.insert = flag(2);
+    p.update = flag(3);
+    p.del = flag(4);
+    p.truncate = flag(5);
+    p.oid = static_cast<pgoutput::Oid>(std::stoul(PQgetvalue(res->get(), row, 6)));
+    p.via_root = flag(7);
+    rows.push_back(std::move(p));
+  }
+  return select_publications(rows, names);
+}
+
+// The tables of `pubs` by name, as a TableFilter: what they publish now.
+Result<log::ViewOptions> view_before_15(PGconn* conn, const std::vector<Pub>& pubs,
+                                        const std::string& array, bool messages) {
   log::ViewOptions view;
   view.operations = messages ? log::kOpMessage : 0;
   bool all_tables = false;
@@ -678,27 +535,8 @@ Result<log::ViewOptions> build_view(PGconn* conn, const std::vector<Pub>& pubs,
     all_tables |= p.all_tables;
     view.operations |= p.operations;
   }
-  if (PQserverVersion(conn) >= 150000) {
-    auto rules = load_table_rules(conn, pubs, array);
-    if (!rules.ok()) return rules.error();
-    view.publications = std::move(*rules);
-    view.operations = log::kAllOperations & ~log::kOpMessage;
-    if (messages) view.operations |= log::kOpMessage;
-    return view;
-  }
   if (all_tables) return view;
-
   log::TableFilter filter;
-  auto schemas = query(conn,
-                       "SELECT n.nspname FROM pg_catalog.pg_publication_namespace pn "
-                       "JOIN pg_catalog.pg_publication p ON p.oid = pn.pnpubid "
-                       "JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid "
-                       "WHERE p.pubname = ANY($1::text[])",
-                       &array);
-  if (!schemas.ok()) return schemas.error();
-  for (int row = 0; row < PQntuples(schemas->get()); ++row) {
-    filter.add_schema(PQgetvalue(schemas->get(), row, 0));
-  }
   auto tables = query(conn,
                       "SELECT DISTINCT schemaname, tablename FROM pg_catalog.pg_publication_tables "
                       "WHERE pubname = ANY($1::text[])",
@@ -711,15 +549,37 @@ Result<log::ViewOptions> build_view(PGconn* conn, const std::vector<Pub>& pubs,
   return view;
 }
 
+Result<log::ViewOptions> load_view(PGconn* conn, const std::vector<std::string>& names,
+                                   bool messages, bool refuse_via_root) {
+  if (PQserverVersion(conn) >= 150000) {
+    auto catalog = read_catalog(conn);
+    if (!catalog.ok()) return catalog.error();
+    return view_of(*catalog, names, messages);
+  }
+  const std::string array = text_array(names);
+  auto pubs = load_publications_before_15(conn, names, array);
+  if (!pubs.ok()) return pubs.error();
+  if (refuse_via_root) PGRELAY_TRY(refuse_via_root_before_15(conn, array));
+  return view_before_15(conn, *pubs, array, messages);
+}
+
 }  // namespace
 
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages) {
-  const std::string array = text_array(names);
-  auto pubs = load_publications(conn, names, array);
-  if (!pubs.ok()) return pubs.error();
-  PGRELAY_TRY(refuse_via_root_before_15(conn, array));
-  return build_view(conn, *pubs, array, messages);
+  return load_view(conn, names, messages, /*refuse_via_root=*/true);
+}
+
+Result<log::ViewOptions> publication_view_at(std::string_view catalog,
+                                             const std::vector<std::string>& names, bool messages) {
+  auto parsed = pgoutput::parse_publication_catalog(catalog);
+  if (!parsed.ok()) return parsed.error();
+  return view_of(*parsed, names, messages);
+}
+
+Result<log::ViewOptions> load_publication_rules(PGconn* conn,
+                                                const std::vector<std::string>& names) {
+  return load_view(conn, names, /*messages=*/false, /*refuse_via_root=*/false);
 }
 
 Status wait_until_visible(PGconn* conn, std::uint64_t xid, std::chrono::milliseconds limit) {
@@ -750,14 +610,6 @@ Status wait_until_visible(PGconn* conn, std::uint64_t xid, std::chrono::millisec
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
-}
-
-Result<log::ViewOptions> load_publication_rules(PGconn* conn,
-                                                const std::vector<std::string>& names) {
-  const std::string array = text_array(names);
-  auto pubs = load_publications(conn, names, array);
-  if (!pubs.ok()) return pubs.error();
-  return build_view(conn, *pubs, array, /*messages=*/false);
 }
 
 }  // namespace pgrelay::server

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -31,8 +32,14 @@ namespace pgrelay::server {
 // ("cannot use different column lists for table ...", 0A000) to the table's first change.
 // Read at START_REPLICATION, and again where capture marks a change of the publications in
 // the log (walsender.h, reload_view): the upstream's publications as they are when read.
+// From PostgreSQL 15 on, through pgoutput::publication_catalog_query.
 Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<std::string>& names,
                                                bool messages);
+
+// The same view, PostgreSQL 15 and later, of the publications as `catalog` (the answer of
+// pgoutput::publication_catalog_query, as capture's marker logged it) describes them.
+Result<log::ViewOptions> publication_view_at(std::string_view catalog,
+                                             const std::vector<std::string>& names, bool messages);
 
 // Waits until the upstream transaction `xid` (a full transaction id) is visible to new
 // snapshots. Logical decoding hands a commit out before the committing backend leaves the proc
