@@ -3,6 +3,7 @@
 #include "capture/publication_marker.h"
 
 #include "log/change_view.h"
+#include "pgoutput/publication_catalog.h"
 
 namespace pgrelay::capture {
 namespace {
@@ -65,10 +66,26 @@ $fn$;
 )sql";
 }
 
-// READ COMMITTED re-checks the WHERE clause after waiting for a concurrent writer of the row, so
-// two transactions that reach the same fingerprint write one marker between them. The marker
-// names its transaction (the full xid, in decimal): walsenders read the publications again only
-// once it is visible (log::ChangeView::publications_changed_by).
+// The publications' catalog (pgoutput/publication_catalog.h) as the calling transaction sees
+// it, or null before PostgreSQL 15, where walsenders read publications by name.
+std::string catalog_function(const std::string& schema, const std::string& own, bool have_catalog) {
+  return "CREATE OR REPLACE FUNCTION " + schema +
+         ".publications_catalog() RETURNS text\n"
+         "LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$\n" +
+         (have_catalog ? pgoutput::publication_catalog_query(own) : "SELECT NULL::text") +
+         "\n$fn$;\n";
+}
+
+// The row lock orders concurrent changes: in READ COMMITTED, SELECT ... FOR UPDATE waits for
+// a transaction that is writing the row and then reads the row it wrote, so two transactions
+// that reach the same fingerprint write one marker between them, and the catalog, read after
+// the lock, is the one in force at this transaction's commit.
+//
+// The marker's content (UTF-8): this transaction's full xid in decimal, then a newline, the
+// catalog the publications had before (empty when unknown: an installation older than the
+// catalog column), a newline, and the catalog they have after. Walsenders judge the changes
+// logged after the marker by the catalog after it, and a stream that starts before the marker
+// judges those before it by the catalog before it (log::ChangeView::publications_catalog).
 std::string note_function(const std::string& schema, const std::string& prefix) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          R"sql(.note_publications(wait boolean) RETURNS boolean
@@ -76,22 +93,28 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   f text := )sql" +
          schema + R"sql(.publications_fingerprint();
+  old_fingerprint text;
+  old_catalog text;
+  new_catalog text;
 BEGIN
   IF wait THEN
-    UPDATE )sql" +
-         schema + R"sql(.publication_state SET fingerprint = f
-    WHERE fingerprint IS DISTINCT FROM f;
+    SELECT s.fingerprint, s.catalog INTO old_fingerprint, old_catalog
+    FROM )sql" +
+         schema + R"sql(.publication_state s FOR UPDATE;
   ELSE
-    UPDATE )sql" +
-         schema + R"sql(.publication_state s SET fingerprint = f
-    WHERE s.fingerprint IS DISTINCT FROM f AND s.ctid = ANY (ARRAY(
-      SELECT l.ctid FROM )sql" +
-         schema + R"sql(.publication_state l FOR UPDATE SKIP LOCKED));
+    SELECT s.fingerprint, s.catalog INTO old_fingerprint, old_catalog
+    FROM )sql" +
+         schema + R"sql(.publication_state s FOR UPDATE SKIP LOCKED;
   END IF;
-  IF NOT FOUND THEN RETURN false; END IF;
+  IF NOT FOUND OR old_fingerprint IS NOT DISTINCT FROM f THEN RETURN false; END IF;
+  new_catalog := )sql" +
+         schema + R"sql(.publications_catalog();
+  UPDATE )sql" +
+         schema + R"sql(.publication_state SET fingerprint = f, catalog = new_catalog;
   PERFORM )sql" +
          schema + ".emit_message(true, " + prefix +
-         R"sql(, convert_to(pg_current_xact_id()::text, 'UTF8'));
+         R"sql(, convert_to(pg_current_xact_id()::text || E'\n' || coalesce(old_catalog, '')
+                      || E'\n' || coalesce(new_catalog, ''), 'UTF8'));
   RETURN true;
 END
 $fn$;
@@ -115,6 +138,10 @@ Status install_publication_marker(PgSession& s, const std::string& schema,
   own_array += "]::text[]";
   const std::string& q = *quoted;
   PGRELAY_TRY(s.run("CREATE TABLE IF NOT EXISTS " + q + ".publication_state (fingerprint text)"));
+  PGRELAY_TRY(
+      s.run("ALTER TABLE " + q + ".publication_state ADD COLUMN IF NOT EXISTS catalog text"));
+  auto version = s.exec("SELECT pg_catalog.current_setting('server_version_num')::int >= 150000");
+  if (!version.ok()) return version.error();
   // One row, updated in place: FULL gives it the replica identity that a FOR ALL TABLES
   // publication demands of every table it holds before an UPDATE may run (an ALTER rather than a
   // key in the CREATE, so that installations made before it get it too).
@@ -126,13 +153,20 @@ Status install_publication_marker(PgSession& s, const std::string& schema,
     PGRELAY_TRY(s.run("ALTER TABLE " + q + ".publication_state REPLICA IDENTITY FULL"));
   }
   PGRELAY_TRY(s.run(fingerprint_function(q, own_array)));
+  PGRELAY_TRY(s.run(catalog_function(q, own_array, version->value(0, 0) == "t")));
   PGRELAY_TRY(s.run(note_function(q, *prefix)));
   PGRELAY_TRY(s.run("REVOKE ALL ON FUNCTION " + q + ".note_publications(boolean), " + q +
-                    ".publications_fingerprint() FROM PUBLIC"));
+                    ".publications_fingerprint(), " + q + ".publications_catalog() FROM PUBLIC"));
   // The publications as they are now need no marker: they are read at START_REPLICATION.
-  PGRELAY_TRY(s.run("INSERT INTO " + q + ".publication_state SELECT " + q +
-                    ".publications_fingerprint() WHERE NOT EXISTS (SELECT FROM " + q +
-                    ".publication_state)"));
+  PGRELAY_TRY(s.run(
+      "INSERT INTO " + q + ".publication_state SELECT " + q + ".publications_fingerprint(), " + q +
+      ".publications_catalog() WHERE NOT EXISTS (SELECT FROM " + q + ".publication_state)"));
+  // An installation older than the catalog column: the catalog now is the one the last marker
+  // left only if nothing changed since (else the next check marks the change, with no catalog
+  // before it).
+  PGRELAY_TRY(s.run("UPDATE " + q + ".publication_state SET catalog = " + q +
+                    ".publications_catalog() WHERE catalog IS NULL AND fingerprint = " + q +
+                    ".publications_fingerprint()"));
   return {};
 }
 
@@ -145,7 +179,8 @@ Status uninstall_publication_marker(PgSession& s, const std::string& schema) {
   if (!quoted.ok()) return quoted.error();
   const std::string& q = *quoted;
   return s.run("DROP FUNCTION IF EXISTS " + q + ".note_publications(boolean), " + q +
-               ".publications_fingerprint(); DROP TABLE IF EXISTS " + q + ".publication_state");
+               ".publications_fingerprint(), " + q +
+               ".publications_catalog(); DROP TABLE IF EXISTS " + q + ".publication_state");
 }
 
 }  // namespace pgrelay::capture

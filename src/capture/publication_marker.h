@@ -2,13 +2,14 @@
 // them.
 //
 // A consumer's publications decide what it is sent, and Postgres's walsender applies an ALTER
-// PUBLICATION from the position where it committed. pgrelay's walsenders read publications from
-// the upstream, so capture tells them where: a fingerprint of every publication is kept upstream,
-// and when it changes a transactional logical message (log::kPublicationsChangedPrefix) is
-// written through the capture's emit_message, in the DDL's own transaction when an event trigger
-// calls note_publications(true), else at the capture's next periodic check. Its content is that
-// transaction's full xid in decimal: a walsender may see the commit before other sessions do,
-// and waits until they do before reading the publications again.
+// PUBLICATION from the position where it committed, judging each change by the publications as
+// they stood when it was made. pgrelay's walsenders cannot read the upstream's past catalog, so
+// capture logs it: a fingerprint of every publication is kept upstream, and when it changes a
+// transactional logical message (log::kPublicationsChangedPrefix) is written through the
+// capture's emit_message, in the DDL's own transaction when an event trigger calls
+// note_publications(true), else at the capture's next periodic check. It carries the catalog
+// the views are made from (pgoutput/publication_catalog.h) before and after the change, and
+// the transaction's full xid (see note_function).
 #pragma once
 
 #include <string>

@@ -53,16 +53,6 @@ Result<std::vector<std::string>> split_identifiers(std::string_view text) {
   }
 }
 
-// A marker's content: its transaction's full xid in decimal, or nothing (older markers).
-std::optional<std::uint64_t> decimal_xid(const std::string& content) {
-  const char* begin = content.data();
-  const char* end = begin + content.size();
-  std::uint64_t xid = 0;
-  auto [at, ec] = std::from_chars(begin, end, xid);
-  if (ec != std::errc() || at != end) return std::nullopt;  // empty: invalid_argument
-  return xid;
-}
-
 bool operation_allowed(OperationSet set, const ChangeMessage& message) {
   return std::visit(
       [set](const auto& m) -> bool {
@@ -248,6 +238,31 @@ pgoutput::Update delta_update(const std::vector<bool>& key, pgoutput::Update upd
   return update;
 }
 
+// --- PublicationsChange ---
+
+PublicationsChange parse_publications_change(std::string_view content) {
+  const std::size_t xid_end = std::min(content.find('\n'), content.size());
+  std::uint64_t xid = 0;
+  auto [at, ec] = std::from_chars(content.data(), content.data() + xid_end, xid);
+  // Empty is invalid_argument; a sign or a space stops short of the end.
+  if (ec != std::errc() || at != content.data() + xid_end) return {};
+  PublicationsChange out;
+  out.xid = xid;
+  if (xid_end == content.size()) return out;
+  const std::string_view catalogs = content.substr(xid_end + 1);
+  const std::size_t split = catalogs.find('\n');
+  if (split == std::string_view::npos || catalogs.find('\n', split + 1) != std::string_view::npos) {
+    return {};
+  }
+  auto text = [](std::string_view catalog) -> std::shared_ptr<const std::string> {
+    if (catalog.empty()) return nullptr;
+    return std::make_shared<const std::string>(catalog);
+  };
+  out.before = text(catalogs.substr(0, split));
+  out.after = text(catalogs.substr(split + 1));
+  return out;
+}
+
 // --- ChangeView ---
 
 void ChangeView::start(const EntryMeta& meta) {
@@ -258,7 +273,7 @@ void ChangeView::start(const EntryMeta& meta) {
   targets_sent_.clear();
   sent_any_ = false;
   publications_changed_ = false;
-  changed_by_.reset();
+  change_ = {};
   pause_pending_ = false;
 }
 
@@ -495,7 +510,7 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
   if (auto* marker = std::get_if<pgoutput::LogicalMessage>(&change.message);
       marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
     publications_changed_ = true;  // capture's own record, for walsenders, not for consumers
-    changed_by_ = decimal_xid(marker->content);
+    change_ = parse_publications_change(marker->content);
     pause_pending_ = pause_at_markers_;
     return {};
   }
@@ -524,6 +539,9 @@ Status ChangeView::push(Change change, std::vector<Change>& out) {
     state.relation = std::move(*rel);
     describe_relation(state);
     return {};
+  }
+  if (options_.refused && !std::holds_alternative<pgoutput::LogicalMessage>(change.message)) {
+    return *options_.refused;
   }
   if (!operation_allowed(options_.operations, change.message)) return {};
 
@@ -659,6 +677,26 @@ Result<std::optional<Change>> ViewReader::next() {
     // What the view sent before refusing the change (a Truncate's Relations) goes out first.
     if (Status pushed = view_.push(std::move(**change), queue_); !pushed.ok()) {
       refused_ = pushed.error();
+    }
+  }
+}
+
+Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
+  auto cursor = log.open_cursor(start);
+  if (!cursor.ok()) return cursor.error();
+  for (;;) {
+    auto meta = (*cursor)->next_entry();
+    if (!meta.ok()) return meta.error();
+    if (!meta->has_value()) return std::optional<PublicationsChange>();
+    EntryReader reader(**cursor, **meta);
+    for (;;) {
+      auto change = reader.next();
+      if (!change.ok()) return change.error();
+      if (!change->has_value()) break;
+      auto* marker = std::get_if<pgoutput::LogicalMessage>(&(*change)->message);
+      if (marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
+        return std::optional<PublicationsChange>(parse_publications_change(marker->content));
+      }
     }
   }
 }

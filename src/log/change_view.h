@@ -172,7 +172,27 @@ struct ViewOptions {
   // PG15 publications: when set, decides per table what is sent (in addition to `tables` and
   // `operations`, which still apply; kOpMessage still comes from `operations`).
   std::optional<PublicationTables> publications;
+  // Set: every Insert, Update, Delete and Truncate is refused with this error, whatever its
+  // table (logical messages still pass). A requested publication missing from the catalog in
+  // force, as PostgreSQL 15's pgoutput fails at the next change it decodes then, and goes on
+  // if the publication is made again before one comes.
+  std::optional<Error> refused;
 };
+
+// What capture's publications-changed marker says (capture/publication_marker.h).
+struct PublicationsChange {
+  // The upstream transaction (full xid) that changed them: a walsender that reads them from
+  // the upstream reads them once it is visible there. None in markers older than the xid.
+  std::optional<std::uint64_t> xid;
+  // The catalog the views are made from (pgoutput/publication_catalog.h) before and after the
+  // change; null when the marker does not carry it (older markers; before PostgreSQL 15; an
+  // installation that did not know the catalog before).
+  std::shared_ptr<const std::string> before, after;
+};
+// The marker's content: the xid in decimal, optionally followed by a newline, the catalog
+// before, a newline and the catalog after (either may be empty; JSON text, on one line).
+// Anything else names nothing.
+PublicationsChange parse_publications_change(std::string_view content);
 
 // Reduces an update to the changed columns plus the key, given which columns form the key
 // (one flag per column): the new tuple marks unchanged non-key columns as unchanged ('u') and
@@ -204,9 +224,8 @@ class ChangeView {
   bool finish();
   // Whether the entry started last carried a publications-changed marker (so far).
   bool publications_changed() const { return publications_changed_; }
-  // The upstream transaction (full xid) that the last marker names: the publications are to be
-  // read once it is visible there. Markers written before they named one name none.
-  std::optional<std::uint64_t> publications_changed_by() const { return changed_by_; }
+  // What the last marker of the entry says (nothing when it had none).
+  const PublicationsChange& publications_change() const { return change_; }
   // With `pause` set, ViewReader stops right after each marker (paused()) and resumes when
   // called again, so that the rest of the entry can go through replace_options()' view.
   void pause_at_publication_changes(bool pause) { pause_at_markers_ = pause; }
@@ -272,7 +291,7 @@ class ChangeView {
   std::set<pgoutput::Oid> targets_sent_;  // ancestors whose Relation a Truncate sent
   bool sent_any_ = false;
   bool publications_changed_ = false;
-  std::optional<std::uint64_t> changed_by_;
+  PublicationsChange change_;
   bool pause_at_markers_ = false;
   bool pause_pending_ = false;
 };
@@ -301,6 +320,12 @@ class ViewReader {
   bool paused_ = false;
   std::optional<Error> refused_;
 };
+
+// The first publications-changed marker in the entries of `log` from `start` on (a cursor's
+// start rule), as far as the log holds them now; nullopt when there is none. Reads every change
+// before it: blocking I/O, for a stream that starts behind the log's end and needs the
+// publications as they stood where it starts (the marker's catalog before).
+Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start);
 
 // The view of a whole in-memory transaction; nullopt when the view skips it.
 Result<std::optional<Transaction>> apply_view(const ViewOptions& options, const Transaction& txn);

@@ -48,7 +48,7 @@ struct EncodedEntry {
   Bytes frames;
   std::vector<Message> messages;
   bool publications_changed = false;  // the entry carried capture's marker (see change_view.h)
-  std::optional<std::uint64_t> publications_changed_by;  // the xid the last marker names
+  log::PublicationsChange publications_change;  // what the last marker says
 
   void add(const EncodedMessage& m);
   // The pgoutput message inside a frame.

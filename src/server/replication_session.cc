@@ -54,11 +54,12 @@ class ReplicationSession {
   upstream::awaitable<Status> relay_sql(const std::string& sql, bool include_ready = true);
   upstream::awaitable<Status> start_replication(const pgoutput::StartReplication& command,
                                                 Bytes& out);
-  // Reads `options`' publications from the upstream: what the walsender sends, and its key;
-  // once the upstream transaction `visible` (a marker's, see walsender.h) is visible there.
-  upstream::awaitable<Result<WalsenderView>> load_view(
-      ReplicationHub& hub, const pgoutput::PgoutputOptions& options,
-      std::optional<std::uint64_t> visible = std::nullopt);
+  // `options`' publications: what the walsender sends, and its key. As `change` (a marker's,
+  // see walsender.h) left them when it carries their catalog; else read from the upstream,
+  // once the marker's transaction is visible there.
+  upstream::awaitable<Result<WalsenderView>> load_view(ReplicationHub& hub,
+                                                       const pgoutput::PgoutputOptions& options,
+                                                       const log::PublicationsChange& change = {});
   // Blocking on the pool: the hub of the session's database, its capture started if need be.
   upstream::awaitable<Result<ReplicationHub*>> open_hub();
   upstream::awaitable<Status> create_slot(const pgoutput::CreateReplicationSlot& command,
@@ -462,14 +463,25 @@ upstream::awaitable<Result<ReplicationHub*>> ReplicationSession::open_hub() {
 
 upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
     ReplicationHub& hub, const pgoutput::PgoutputOptions& options,
-    std::optional<std::uint64_t> visible) {
+    const log::PublicationsChange& change) {
   auto conninfo = context_.upstream.conninfo(startup_.database());
   auto loaded = co_await run_blocking(hub.blocking(), [&]() -> Result<log::ViewOptions> {
+    if (change.after) {
+      return publication_view_at(*change.after, options.publication_names, options.messages);
+    }
     auto conn = hub.side_connections().acquire(conninfo);
     if (!conn.ok()) return conn.error();
-    if (visible) PGRELAY_TRY(wait_until_visible(conn->get(), *visible, kChangeVisibleWait));
+    if (change.xid) PGRELAY_TRY(wait_until_visible(conn->get(), *change.xid, kChangeVisibleWait));
     return load_publication_view(conn->get(), options.publication_names, options.messages);
   });
+  if (!loaded.ok() && loaded.error().sqlstate == sqlstate::kUndefinedObject) {
+    // A publication missing (dropped, perhaps made again before the next change): Postgres 15
+    // fails at the next change it decodes (walsender.h says what a START makes of it).
+    log::ViewOptions refusing;
+    refusing.operations = options.messages ? log::kOpMessage : 0;
+    refusing.refused = loaded.error();
+    loaded = std::move(refusing);
+  }
   if (!loaded.ok()) co_return loaded.error();
   WalsenderView view;
   view.options = std::move(*loaded);
@@ -485,6 +497,7 @@ upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
   // What the publications said when read (tables, column lists, row filters): sessions that
   // read them before and after an ALTER PUBLICATION must not share bytes.
   if (view.options.publications) view.key += '\n' + view.options.publications->key();
+  if (view.options.refused) view.key += "\nrefused: " + view.options.refused->message;
   co_return view;
 }
 
@@ -523,8 +536,8 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.options = *options;
   params.view = std::move(*view);
   if (options->binary) params.binary_conninfo = context_.upstream.conninfo(startup_.database());
-  params.reload_view = [this, &hub, options = *options](std::optional<std::uint64_t> visible) {
-    return load_view(hub, options, visible);
+  params.reload_view = [this, &hub, options = *options](const log::PublicationsChange& change) {
+    return load_view(hub, options, change);
   };
   params.timeout = context_.settings.wal_sender_timeout;
   params.info.pid = pid_;

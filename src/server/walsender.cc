@@ -241,15 +241,15 @@ upstream::awaitable<Status> through_upstream_outage(Attempt attempt, std::string
   }
 }
 
-// Where capture marked a change of the publications: read them again and go on with what they
-// say now, every Relation sent again (as pgoutput does after an invalidation).
+// Where capture marked a change of the publications: go on with what they say after it, every
+// Relation sent again (as pgoutput does after an invalidation).
 upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
                                         SessionView& session_view, SessionRelations& relations,
-                                        std::optional<std::uint64_t> changed_by) {
+                                        const log::PublicationsChange& change) {
   std::optional<WalsenderView> reloaded;
   PGRELAY_CO_TRY(co_await through_upstream_outage(
       [&]() -> upstream::awaitable<Status> {
-        auto read = co_await params.reload_view(changed_by);
+        auto read = co_await params.reload_view(change);
         if (!read.ok()) co_return read.error();
         reloaded = std::move(*read);
         co_return Status{};
@@ -340,8 +340,8 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     }
     relations.pending_types.clear();
     if (cached->publications_changed && params.reload_view) {
-      PGRELAY_CO_TRY(co_await reload_view(hub, params, session_view, relations,
-                                          cached->publications_changed_by));
+      PGRELAY_CO_TRY(
+          co_await reload_view(hub, params, session_view, relations, cached->publications_change));
       send_time.stamp();
     }
     co_return Status{};
@@ -402,15 +402,37 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     if (!paused_or_done) continue;
     if (!encoder.paused()) break;
     PGRELAY_CO_TRY(
-        co_await reload_view(hub, params, session_view, relations, view.publications_changed_by()));
+        co_await reload_view(hub, params, session_view, relations, view.publications_change()));
     send_time.stamp();
   }
   relations.pending_types.clear();
   if (cacheable) {
     built->publications_changed = view.publications_changed();
-    built->publications_changed_by = view.publications_changed_by();
+    built->publications_change = view.publications_change();
     hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
   }
+  co_return Status{};
+}
+
+// A stream that starts behind the log's end judges the changes before the first marker after
+// its start by the publications as that marker found them, not as they are now (params.view,
+// read at START_REPLICATION): a consumer catching up is sent what Postgres's walsender would
+// have sent, decoding with the catalog of each change's time, a publication dropped since
+// included. The log is read up to that marker on the blocking pool; without one (or without
+// its catalog before, or when that catalog lacks a requested publication: one made after the
+// slot, where Postgres 15 fails at the first change before it, and none may come) the view
+// read now stays.
+upstream::awaitable<Status> view_at_start(ReplicationHub& hub, WalsenderParams& params, Lsn start) {
+  if (!params.reload_view || start > hub.log().last_end_lsn()) co_return Status{};
+  auto first = co_await run_blocking(
+      hub.blocking(), [&hub, start] { return log::first_publications_change(hub.log(), start); });
+  if (!first.ok()) co_return first.error();
+  if (!first->has_value() || !(*first)->before) co_return Status{};
+  log::PublicationsChange at_start;
+  at_start.after = (*first)->before;
+  auto view = co_await params.reload_view(at_start);
+  if (!view.ok()) co_return view.error();
+  if (!view->options.refused) params.view = std::move(*view);
   co_return Status{};
 }
 
@@ -451,15 +473,19 @@ void report_catch_up(CatchUpProgress& progress, const WalsenderParams& params, L
 upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& client,
                                                      ReplicationHub& hub, WalsenderParams params) {
   auto executor = co_await asio::this_coro::executor;
-  SessionView session_view{log::ChangeView(params.view.options),
-                           hub.encoded_cache().view_id(params.view.key)};
-  session_view.view.pause_at_publication_changes(params.reload_view != nullptr);
   auto slot = hub.slots().get(params.slot);
   if (!slot) {
     co_return Error::make(sqlstate::kUndefinedObject,
                           "replication slot \"" + params.slot + "\" does not exist");
   }
   Lsn start = std::max(params.requested_start, slot->confirmed_flush);
+  PGRELAY_CO_TRY(co_await view_at_start(hub, params, start));
+  // A publication missing where the stream starts too is refused at START_REPLICATION, where
+  // a consumer learns of a misspelt name at once.
+  if (params.view.options.refused) co_return *params.view.options.refused;
+  SessionView session_view{log::ChangeView(params.view.options),
+                           hub.encoded_cache().view_id(params.view.key)};
+  session_view.view.pause_at_publication_changes(params.reload_view != nullptr);
   auto cursor = hub.log().open_cursor(start);
   if (!cursor.ok()) co_return cursor.error();
   EntrySource source(hub.log(), std::move(*cursor), hub.encoded_cache());

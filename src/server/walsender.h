@@ -28,13 +28,16 @@ struct WalsenderParams {
   // Binary mode (options.binary): the upstream database to convert text values through
   // (binary_values.h), a libpq conninfo.
   std::string binary_conninfo;
-  // Reads the publications again. Called where the log carries capture's publications-changed
-  // marker, even inside a transaction, so what follows is sent as they now say, with every
-  // Relation sent again before its table's next change (pgoutput invalidates its whole relation
-  // cache then). The marker's transaction (`visible`, when it names one) is awaited first: the
-  // publications are those it left. An error (the publication was dropped) ends the stream.
-  // Null: the view never changes.
-  std::function<upstream::awaitable<Result<WalsenderView>>(std::optional<std::uint64_t> visible)>
+  // The view of the publications as capture's publications-changed marker `change` left them.
+  // Called where the log carries one, even inside a transaction, so what follows is sent as
+  // they then said, with every Relation sent again before its table's next change (pgoutput
+  // invalidates its whole relation cache then); and at the start of a stream behind the log's
+  // end with the first marker after its start, its catalog before as `change.after`, so that
+  // the changes before it are judged as they were. A marker without the catalog after it has
+  // the publications read from the upstream once its transaction is visible there. A
+  // publication the catalog lacks (dropped) refuses the next change (ViewOptions::refused); an
+  // error ends the stream. Null: the view never changes.
+  std::function<upstream::awaitable<Result<WalsenderView>>(const log::PublicationsChange& change)>
       reload_view;
   // Postgres's wal_sender_timeout: a consumer silent this long is disconnected; a keepalive
   // asking for a reply goes out at half of it. Zero disables both.

@@ -25,7 +25,9 @@ The runner plays it on a throwaway database of one wal_level=logical upstream, o
 mode, with a pgrelay slot and a native slot per publication set and pgoutput options (proto
 1-3, as PostgreSQL 15 has them; binary or text): each stream through pgrelay equals the native slot's, message by message,
 under the narrow rules of pgoutput_diff (LSNs, xids and commit times too in native capture);
-a stream that Postgres ends with an error must end with the same one. The text stream of FOR
+a stream that Postgres ends with an error must end with the same one. A laggard, a consumer of
+the first publication set whose slots are made with the others but read only once the workload
+is done, catches up across every publication change and must be sent what a native slot sends. The text stream of FOR
 ALL TABLES, replayed, equals the upstream's tables that have a key, partitions included
 (REPLICA IDENTITY FULL and NOTHING are judged by their streams alone).
 
@@ -706,6 +708,9 @@ class Played:
         env.psql_admin("CREATE DATABASE %s" % db, db="postgres")
         self.url = env.upstream_url(db)
         self.pairs = []  # (publication set, options, pgrelay's stream, native's stream)
+        # A consumer that stays away: its slots are made with the others, read only at the end.
+        self.laggard = None  # (publication set, options, slot)
+        self.late = []  # its streams, once read
         self.connect()
         for sql in setup:
             self.cur.execute(sql)
@@ -724,16 +729,33 @@ class Played:
         ours = with_db(relay_url, self.db)
         for i, (names, opts) in enumerate(pubs):
             slot = "d_%s_%d" % (self.db, i)
-            for url in (ours, self.url):
-                c = replication(url)
-                try:
-                    c.cursor().create_replication_slot(slot, output_plugin="pgoutput")
-                finally:
-                    c.close()
+            self.create_slots(ours, slot)
             self.pairs.append((names, opts, Stream(ours, slot, names, opts), Stream(self.url, slot, names, opts)))
+        # The laggard reads the first publication set in text (binary conversion goes through
+        # the upstream's types as they are now: README), from before the workload, only after
+        # it: every publication change is behind it, and the changes before each are judged by
+        # the publications as they stood then, as Postgres's historic catalog judges them.
+        names, opts = pubs[0]
+        self.laggard = (names, dict(opts, binary="false"), "d_%s_lag" % self.db)
+        self.create_slots(ours, self.laggard[2])
+
+    def create_slots(self, ours, slot):
+        for url in (ours, self.url):
+            c = replication(url)
+            try:
+                c.cursor().create_replication_slot(slot, output_plugin="pgoutput")
+            finally:
+                c.close()
+
+    def read_laggard(self, relay_url):
+        """The laggard's pair, connected now: (publication set, options, pgrelay's, native's)."""
+        names, opts, slot = self.laggard
+        pair = (names, opts, Stream(with_db(relay_url, self.db), slot, names, opts), Stream(self.url, slot, names, opts))
+        self.late = [pair]
+        return pair
 
     def streams(self):
-        return [s for _, _, ours, theirs in self.pairs for s in (ours, theirs)]
+        return [s for _, _, ours, theirs in self.pairs + self.late for s in (ours, theirs)]
 
     def sync_mark(self, mode, prefix):
         mark(mode, self.cur, prefix, marks=self.marks)
@@ -799,25 +821,11 @@ def run(env, scenario, mode):
         for p in dbs.values():
             p.sync_mark(mode, DONE)
         for tag, p in dbs.items():
-            for pubs, opts, ours_stream, theirs_stream in p.pairs:
-                ours = read(ours_stream, DONE)
-                theirs = native_view(read(theirs_stream, DONE))
-                # Generator 4 on: schema names compared through the renames (pgoutput_diff).
-                renames = scenario.schema_renames if scenario.version >= 4 else None
-                (a, whole_a), (b, whole_b) = compared(mode, ours, renames), compared(mode, theirs, renames)
-                what = "%s %s%s (%s)" % (mode, tag and tag + " ", pubs, ", ".join("%s=%s" % kv for kv in sorted(opts.items())))
-                if a != b:
-                    return "%s: changes differ: %s" % (what, first_difference(a, b))
-                if whole_a != whole_b:
-                    return "%s: transactions differ: %s" % (what, first_difference(whole_a, whole_b))
-                everything = "p_all" in pubs.split(",")
-                if everything and not tag and not any(
-                        m["tag"] == "T" or m["tag"] in ("I", "U", "D") and m["relid"]["name"] != MARKS_TABLE for m in a):
-                    return "%s: the FOR ALL TABLES stream carried no change at all" % what
-                if everything and opts["binary"] == "false":
-                    problem = end_state(p.url, assembled(ours))
-                    if problem:
-                        return "%s: end state: %s" % (what, problem)
+            for pair in p.pairs + [None]:
+                late = pair is None
+                problem = compare(mode, scenario, tag, p, p.read_laggard(relay.url) if late else pair, late)
+                if problem:
+                    return problem
         return None
     finally:
         if relay:
@@ -825,6 +833,31 @@ def run(env, scenario, mode):
             env.relays.remove(relay)
         for p in dbs.values():
             p.drop()
+
+
+def compare(mode, scenario, tag, p, pair, late):
+    """None, or how the pair's streams (read through DONE) differ."""
+    pubs, opts, ours_stream, theirs_stream = pair
+    ours = read(ours_stream, DONE)
+    theirs = native_view(read(theirs_stream, DONE))
+    # Generator 4 on: schema names compared through the renames (pgoutput_diff).
+    renames = scenario.schema_renames if scenario.version >= 4 else None
+    (a, whole_a), (b, whole_b) = compared(mode, ours, renames), compared(mode, theirs, renames)
+    what = "%s %s%s%s (%s)" % (mode, tag and tag + " ", "the laggard on " if late else "", pubs,
+                               ", ".join("%s=%s" % kv for kv in sorted(opts.items())))
+    if a != b:
+        return "%s: changes differ: %s" % (what, first_difference(a, b))
+    if whole_a != whole_b:
+        return "%s: transactions differ: %s" % (what, first_difference(whole_a, whole_b))
+    everything = "p_all" in pubs.split(",")
+    if everything and not tag and not any(
+            m["tag"] == "T" or m["tag"] in ("I", "U", "D") and m["relid"]["name"] != MARKS_TABLE for m in a):
+        return "%s: the FOR ALL TABLES stream carried no change at all" % what
+    if everything and opts["binary"] == "false":
+        problem = end_state(p.url, assembled(ours))
+        if problem:
+            return "%s: end state: %s" % (what, problem)
+    return None
 
 
 def session(dbs, sql):

@@ -355,30 +355,65 @@ TEST(ChangeView, PublicationsChangedMarkerIsReportedAndNeverSent) {
   EXPECT_FALSE(view.publications_changed());
 }
 
-TEST(ChangeView, PublicationsChangedMarkerNamesItsTransaction) {
+TEST(ChangeView, PublicationsChangedMarkerNamesItsTransactionAndCatalogs) {
   auto marker = [](std::string content) {
     return pgoutput::LogicalMessage{std::nullopt, true, Lsn(2),
                                     std::string(kPublicationsChangedPrefix), std::move(content)};
   };
   ViewOptions o;
   ChangeView view(o);
-  auto changed_by = [&](std::string content) {
+  auto change_of = [&](std::string content) {
     Transaction t = txn({marker(std::move(content))}, 5);
     view.start(entry_meta(t.kind, t.header, 1));
     std::vector<Change> out;
     EXPECT_TRUE(view.push(t.changes[0], out).ok());
+    EXPECT_TRUE(out.empty());
     EXPECT_TRUE(view.publications_changed());
-    return view.publications_changed_by();
+    return view.publications_change();
   };
-  EXPECT_EQ(changed_by("4294967303"), std::optional<std::uint64_t>(4294967303u));  // epoch 1
-  EXPECT_EQ(changed_by("18446744073709551615"), std::optional<std::uint64_t>(UINT64_MAX));
+  auto text = [](const std::shared_ptr<const std::string>& p) {
+    return p ? std::optional<std::string>(*p) : std::nullopt;
+  };
+  EXPECT_EQ(change_of("4294967303").xid, std::optional<std::uint64_t>(4294967303u));  // epoch 1
+  EXPECT_EQ(change_of("4294967303").after, nullptr);
+  EXPECT_EQ(change_of("18446744073709551615").xid, std::optional<std::uint64_t>(UINT64_MAX));
+  // Catalogs before and after; an empty one is not known.
+  PublicationsChange both = change_of("7\n{\"b\":1}\n{\"a\":2}");
+  EXPECT_EQ(both.xid, std::optional<std::uint64_t>(7));
+  EXPECT_EQ(text(both.before), std::optional<std::string>("{\"b\":1}"));
+  EXPECT_EQ(text(both.after), std::optional<std::string>("{\"a\":2}"));
+  PublicationsChange after_only = change_of("8\n\n{}");
+  EXPECT_EQ(after_only.before, nullptr);
+  EXPECT_EQ(text(after_only.after), std::optional<std::string>("{}"));
   // Older markers name none, and anything else is not a transaction.
-  for (const char* content : {"", "12x", "-3", " 7", "18446744073709551616"}) {
-    EXPECT_EQ(changed_by(content), std::nullopt) << content;
+  for (const char* content :
+       {"", "12x", "-3", " 7", "18446744073709551616", "9\n{}", "\n\n{}", "9\n{}\n{}\n{}"}) {
+    PublicationsChange none = change_of(content);
+    EXPECT_EQ(none.xid, std::nullopt) << content;
+    EXPECT_EQ(none.before, nullptr) << content;
+    EXPECT_EQ(none.after, nullptr) << content;
   }
   Transaction plain = txn({user_insert("1")}, 6);
   view.start(entry_meta(plain.kind, plain.header, 1));
-  EXPECT_EQ(view.publications_changed_by(), std::nullopt);  // each entry starts unmarked
+  EXPECT_EQ(view.publications_change().xid, std::nullopt);  // each entry starts unmarked
+  EXPECT_EQ(view.publications_change().after, nullptr);
+}
+
+TEST(ChangeView, ARefusingViewFailsAtTheFirstChangeAndLetsMessagesPass) {
+  ViewOptions o;
+  o.refused = Error::make(sqlstate::kUndefinedObject, "publication \"p\" does not exist");
+  ChangeView view(o);
+  const pgoutput::LogicalMessage message{std::nullopt, true, Lsn(2), "app", "hello"};
+  Transaction in = txn({users(), message, user_insert("1")}, 4);
+  view.start(entry_meta(in.kind, in.header, static_cast<std::uint32_t>(in.changes.size())));
+  std::vector<Change> out;
+  ASSERT_TRUE(view.push(in.changes[0], out).ok());  // a Relation alone sends nothing yet
+  ASSERT_TRUE(view.push(in.changes[1], out).ok());
+  EXPECT_EQ(kinds(Transaction{in.kind, in.header, out}), (Kinds{"MESSAGE"}));
+  Status refused = view.push(in.changes[2], out);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().sqlstate, sqlstate::kUndefinedObject);
+  EXPECT_EQ(out.size(), 1u);
 }
 
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
