@@ -85,7 +85,7 @@ std::string catalog_function(const std::string& schema, const std::string& own, 
 // catalog the publications had before (empty when unknown: an installation older than the
 // catalog column), a newline, and the catalog they have after. Walsenders judge the changes
 // logged after the marker by the catalog after it, and a stream that starts before the marker
-// judges those before it by the catalog before it (log::ChangeView::publications_catalog).
+// judges those before it by the catalog before it (log::ChangeView::publications_change).
 std::string note_function(const std::string& schema, const std::string& prefix) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          R"sql(.note_publications(wait boolean) RETURNS boolean
