@@ -21,9 +21,9 @@
 namespace pgrelay::capture {
 
 // Creates or replaces, in `schema` (which already holds emit_message(boolean, text, bytea)),
-// the table publication_state and the functions publications_fingerprint() and
-// note_publications(wait boolean). The publications named in `own` (pgrelay's, which follow the
-// others) are left out of the fingerprint. Run it inside the installer's transaction.
+// the table publication_state and the functions publications_fingerprint(),
+// publications_catalog() and note_publications(wait boolean). The publications named in `own`
+// (pgrelay's, which follow the others) are left out of the fingerprint and the catalog. Run it inside the installer's transaction.
 Status install_publication_marker(PgSession& s, const std::string& schema,
                                   const std::vector<std::string>& own);
 

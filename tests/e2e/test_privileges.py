@@ -77,7 +77,8 @@ CALLS = [
 INTERNAL_PREFIXES = ("capture_",)
 INTERNAL = {"current_layout", "remove_table", "refresh_table", "wanted_tables", "sync", "truncate_begin",
             "truncate_end",
-            "on_ddl", "note_publications", "publications_fingerprint", "native_mirror", "native_on_ddl",
+            "on_ddl", "note_publications", "publications_fingerprint", "publications_catalog", "native_mirror",
+            "native_on_ddl",
             "catalog_create_slot", "catalog_drop_slot", "catalog_terminate_walsender",
             "catalog_walsender_role", "relay_create_logical_replication_slot",
             "relay_drop_replication_slot", "relay_terminate_backend"}
