@@ -681,23 +681,68 @@ Result<std::optional<Change>> ViewReader::next() {
   }
 }
 
+namespace {
+
+// Whether the data of the entry `cursor` has just returned holds `needle`, read through to its
+// end a piece at a time, without decoding it (a match in a row's values is possible: the
+// caller decodes the entry to be sure).
+Result<bool> entry_holds(Cursor& cursor, std::string_view needle) {
+  const std::size_t keep = needle.size() - 1;
+  std::string carry;  // the last `keep` bytes before this piece, for a match across pieces
+  bool found = false;
+  for (;;) {
+    auto piece = cursor.next_data();
+    if (!piece.ok()) return piece.error();
+    if (!*piece) return found;
+    if (found) continue;
+    const std::string_view data = as_chars(**piece);
+    std::string across = carry;
+    across.append(data.substr(0, std::min(keep, data.size())));
+    found = across.find(needle) != std::string::npos || data.find(needle) != std::string::npos;
+    if (data.size() >= keep) {
+      carry.assign(data.substr(data.size() - keep));
+    } else {
+      carry.append(data);
+      if (carry.size() > keep) carry.erase(0, carry.size() - keep);
+    }
+  }
+}
+
+// The marker in the entry at `commit_lsn`, decoded; nullopt if only its values held the prefix.
+Result<std::optional<PublicationsChange>> marker_in(ChangeLog& log, Lsn commit_lsn) {
+  auto cursor = log.open_cursor(commit_lsn);
+  if (!cursor.ok()) return cursor.error();
+  auto meta = (*cursor)->next_entry();
+  if (!meta.ok()) return meta.error();
+  if (!meta->has_value()) return std::optional<PublicationsChange>();
+  EntryReader reader(**cursor, **meta);
+  for (;;) {
+    auto change = reader.next();
+    if (!change.ok()) return change.error();
+    if (!change->has_value()) return std::optional<PublicationsChange>();
+    auto* marker = std::get_if<pgoutput::LogicalMessage>(&(*change)->message);
+    if (marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
+      return std::optional<PublicationsChange>(parse_publications_change(marker->content));
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
+  // Entries are searched for the prefix's bytes, and only one that holds them is decoded: a
+  // stream catching up reads its backlog once more before it starts, at the cost of reading it.
   auto cursor = log.open_cursor(start);
   if (!cursor.ok()) return cursor.error();
   for (;;) {
     auto meta = (*cursor)->next_entry();
     if (!meta.ok()) return meta.error();
     if (!meta->has_value()) return std::optional<PublicationsChange>();
-    EntryReader reader(**cursor, **meta);
-    for (;;) {
-      auto change = reader.next();
-      if (!change.ok()) return change.error();
-      if (!change->has_value()) break;
-      auto* marker = std::get_if<pgoutput::LogicalMessage>(&(*change)->message);
-      if (marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
-        return std::optional<PublicationsChange>(parse_publications_change(marker->content));
-      }
-    }
+    auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
+    if (!holds.ok()) return holds.error();
+    if (!*holds) continue;
+    auto marker = marker_in(log, (*meta)->commit_lsn);
+    if (!marker.ok() || marker->has_value()) return marker;
   }
 }
 

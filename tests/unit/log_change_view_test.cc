@@ -416,6 +416,51 @@ TEST(ChangeView, ARefusingViewFailsAtTheFirstChangeAndLetsMessagesPass) {
   EXPECT_EQ(out.size(), 1u);
 }
 
+TEST(FirstPublicationsChange, FindsTheFirstMarkerFromAStartPastValuesThatOnlyHoldItsPrefix) {
+  testing::TempDir dir;
+  LogOptions lo;
+  lo.dir = dir.path();
+  lo.sync = SyncPolicy::kNone;
+  auto log = ChangeLog::open(lo);
+  ASSERT_TRUE(log.ok()) << log.error().to_string();
+  const std::string prefix(kPublicationsChangedPrefix);
+  auto marker = [&](std::string content) {
+    return pgoutput::LogicalMessage{std::nullopt, true, Lsn(3), prefix, std::move(content)};
+  };
+  // Values larger than a record, so that entries span several: one holding the prefix's text.
+  auto insert_of = [](const std::string& id, std::string bio) {
+    return pgoutput::Insert{std::nullopt, kUsers, row({t(id), t("n"), t(std::move(bio)), null()})};
+  };
+  const std::string filler(300000, 'a');
+  auto append = [&](const Transaction& in) {
+    auto encoded = encode_transaction(in);
+    ASSERT_TRUE(encoded.ok()) << encoded.error().to_string();
+    const PendingEntry entry = encoded->pending();
+    ASSERT_TRUE((*log)->append({&entry, 1}).ok());
+  };
+  append(txn({users(), user_insert("1")}, 1));
+  append(txn({users(), insert_of("2", filler + prefix + filler)}, 2));
+  auto none = first_publications_change(**log, Lsn(0));
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  EXPECT_FALSE(none->has_value());  // a value holding the prefix is no marker
+
+  append(txn({users(), insert_of("3", filler + filler), marker("3\n{\"b\":3}\n{\"a\":3}")}, 3));
+  append(txn({marker("4\n{\"b\":4}\n{\"a\":4}")}, 4));
+  auto first = first_publications_change(**log, Lsn(0));
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->xid, std::optional<std::uint64_t>(3));
+  ASSERT_NE((*first)->before, nullptr);
+  EXPECT_EQ(*(*first)->before, "{\"b\":3}");
+  // From after the third transaction's commit: the fourth's; after that, none.
+  auto next = first_publications_change(**log, Lsn(3501));
+  ASSERT_TRUE(next.ok() && next->has_value());
+  EXPECT_EQ((*next)->xid, std::optional<std::uint64_t>(4));
+  auto after = first_publications_change(**log, Lsn(4501));
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value());
+}
+
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
   ViewOptions o;
   for (ChangeMessage m :
