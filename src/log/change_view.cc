@@ -240,6 +240,16 @@ pgoutput::Update delta_update(const std::vector<bool>& key, pgoutput::Update upd
 
 // --- PublicationsChange ---
 
+namespace {
+
+// The message when it is capture's publications-changed marker, else null.
+const pgoutput::LogicalMessage* publications_marker(const ChangeMessage& message) {
+  const auto* m = std::get_if<pgoutput::LogicalMessage>(&message);
+  return m != nullptr && m->prefix == kPublicationsChangedPrefix ? m : nullptr;
+}
+
+}  // namespace
+
 PublicationsChange parse_publications_change(std::string_view content) {
   const std::size_t xid_end = std::min(content.find('\n'), content.size());
   std::uint64_t xid = 0;
@@ -507,8 +517,7 @@ void ChangeView::project(const RelationState& state, ChangeMessage& message) con
 }
 
 Status ChangeView::push(Change change, std::vector<Change>& out) {
-  if (auto* marker = std::get_if<pgoutput::LogicalMessage>(&change.message);
-      marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
+  if (const auto* marker = publications_marker(change.message)) {
     publications_changed_ = true;  // capture's own record, for walsenders, not for consumers
     change_ = parse_publications_change(marker->content);
     pause_pending_ = pause_at_markers_;
@@ -720,8 +729,7 @@ Result<std::optional<PublicationsChange>> marker_in(ChangeLog& log, Lsn commit_l
     auto change = reader.next();
     if (!change.ok()) return change.error();
     if (!change->has_value()) return std::optional<PublicationsChange>();
-    auto* marker = std::get_if<pgoutput::LogicalMessage>(&(*change)->message);
-    if (marker != nullptr && marker->prefix == kPublicationsChangedPrefix) {
+    if (const auto* marker = publications_marker((*change)->message)) {
       return std::optional<PublicationsChange>(parse_publications_change(marker->content));
     }
   }
