@@ -226,6 +226,10 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
                          "Check the --data-dir option: it names the directory pgrelay serve uses.");
     }
     PGRELAY_TRY(log->recover());
+    auto marks = MarkFile::open(log->options_.dir, log->last_end_lsn_,
+                                log->manifest_.removed_through, /*read_only=*/true, false);
+    if (!marks.ok()) return marks.take_error();
+    log->marks_ = std::move(*marks);
     return log;
   }
   PGRELAY_TRY(ensure_directory(log->options_.dir));
@@ -244,6 +248,10 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   } else {
     PGRELAY_TRY(log->create_fresh());
   }
+  auto marks = MarkFile::open(log->options_.dir, log->last_end_lsn_, log->manifest_.removed_through,
+                              /*read_only=*/false, log->options_.sync != SyncPolicy::kNone);
+  if (!marks.ok()) return marks.take_error();
+  log->marks_ = std::move(*marks);
   if (log->options_.sync != SyncPolicy::kNone) {
     log->sync_thread_ = std::thread([raw = log.get()] { raw->sync_loop(); });
   }
@@ -539,6 +547,14 @@ Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const Pending
   return {};
 }
 
+Status ChangeLog::note_marks_locked(std::span<const PendingEntry> batch) {
+  std::vector<Lsn> marked;
+  for (const auto& e : batch) {
+    if (e.marked) marked.push_back(e.meta.commit_lsn);
+  }
+  return marks_->add(marked);
+}
+
 void ChangeLog::note_batch_locked(std::span<const PendingEntry> batch) {
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) {
@@ -803,6 +819,7 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
                                 std::unique_lock<std::mutex>& lock, bool wait_durable) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
+  PGRELAY_TRY(note_marks_locked(batch));
   if (std::any_of(batch.begin(), batch.end(), [&](const PendingEntry& e) { return linkable(e); })) {
     return append_linking_locked(batch);
   }
@@ -1030,6 +1047,11 @@ std::vector<SegmentInfo> ChangeLog::segments() const {
 Lsn ChangeLog::removed_through() const {
   std::lock_guard lock(mu_);
   return manifest_.removed_through;
+}
+
+MarkedEntries ChangeLog::marked_entries(Lsn start) const {
+  std::lock_guard lock(mu_);
+  return MarkedEntries{marks_->from(start), marks_->unmarked_through()};
 }
 
 std::vector<IndexPoint> ChangeLog::load_index(std::uint64_t seq) const {

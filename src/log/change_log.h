@@ -31,6 +31,7 @@
 #include "log/file_util.h"
 #include "log/format.h"
 #include "log/manifest.h"
+#include "log/marks.h"
 #include "log/record_reader.h"
 
 namespace pgrelay::log {
@@ -86,6 +87,8 @@ struct PendingEntry {
   EntryMeta meta;
   ByteView data;
   const DataSource* source = nullptr;  // when set, used instead of `data`
+  // The entry holds a change readers find through marked_entries() (marks.h).
+  bool marked = false;
 
   std::uint64_t data_size() const { return source != nullptr ? source->size() : data.size(); }
 };
@@ -119,6 +122,16 @@ struct LogStats {
   std::string torn_tail_file;
   std::uint64_t torn_tail_offset = 0;
   std::string torn_tail_reason;
+};
+
+// The entries appended as marked from some LSN on (ChangeLog::marked_entries).
+struct MarkedEntries {
+  // Commit LSNs, ascending: every marked entry the log holds, and perhaps LSNs a crash took
+  // the entries of (or an entry since appended unmarked at one): readers check each entry.
+  std::vector<Lsn> commit_lsns;
+  // Entries up to this LSN were appended before the log kept marks: any of them may be marked
+  // without being listed. Invalid when the log kept marks from its start.
+  Lsn unmarked_through;
 };
 
 class Cursor;
@@ -178,6 +191,9 @@ class ChangeLog {
   std::vector<SegmentInfo> segments() const;
   // Highest commit LSN of any removed entry: positions at or below it are gone.
   Lsn removed_through() const;
+  // The marked entries with commit LSN >= `start`, as far as appends have reached (an entry
+  // is listed before readers see it).
+  MarkedEntries marked_entries(Lsn start) const;
 
   // Registers a function called (from the appending thread, without locks held) whenever new
   // entries become visible; for event loops that cannot block in Cursor::wait.
@@ -208,6 +224,8 @@ class ChangeLog {
   void mark_synced_locked();
   // Writes the batch's records at the end of `seg` and notes them in its info and index.
   Status write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch);
+  // Before a batch is written: its marked entries go into the marks file.
+  Status note_marks_locked(std::span<const PendingEntry> batch);
   // After a batch was appended: the log's newest LSNs, its checkpoint, its counters.
   void note_batch_locked(std::span<const PendingEntry> batch);
   // A new segment file `seq` holding only its header (durable if `sync`).
@@ -244,6 +262,7 @@ class ChangeLog {
   std::condition_variable sync_cv_;    // wakes the sync thread
   std::condition_variable synced_cv_;  // wakes appenders waiting for durability
   Manifest manifest_;
+  std::optional<MarkFile> marks_;  // opened with the log
   std::unique_ptr<ActiveSegment> active_;
   Position written_;
   Position synced_;

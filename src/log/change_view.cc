@@ -240,16 +240,6 @@ pgoutput::Update delta_update(const std::vector<bool>& key, pgoutput::Update upd
 
 // --- PublicationsChange ---
 
-namespace {
-
-// The message when it is capture's publications-changed marker, else null.
-const pgoutput::LogicalMessage* publications_marker(const ChangeMessage& message) {
-  const auto* m = std::get_if<pgoutput::LogicalMessage>(&message);
-  return m != nullptr && m->prefix == kPublicationsChangedPrefix ? m : nullptr;
-}
-
-}  // namespace
-
 PublicationsChange parse_publications_change(std::string_view content) {
   const std::size_t xid_end = std::min(content.find('\n'), content.size());
   std::uint64_t xid = 0;
@@ -738,20 +728,31 @@ Result<std::optional<PublicationsChange>> marker_in(ChangeLog& log, Lsn commit_l
 }  // namespace
 
 Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
-  // Entries are searched for the prefix's bytes, and only one that holds them is decoded: a
-  // stream catching up reads its backlog once more before it starts, at the cost of reading it.
-  auto cursor = log.open_cursor(start);
-  if (!cursor.ok()) return cursor.error();
-  for (;;) {
-    auto meta = (*cursor)->next_entry();
-    if (!meta.ok()) return meta.error();
-    if (!meta->has_value()) return std::optional<PublicationsChange>();
-    auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
-    if (!holds.ok()) return holds.error();
-    if (!*holds) continue;
-    auto marker = marker_in(log, (*meta)->commit_lsn);
+  // The log lists the entries that hold a marker (PendingEntry::marked), so only those are
+  // read. Entries appended before it kept that list are searched for the prefix's bytes, and
+  // only one that holds them is decoded.
+  const MarkedEntries marked = log.marked_entries(start);
+  const Lsn unmarked_through = marked.unmarked_through;
+  if (unmarked_through.is_valid() && start <= unmarked_through) {
+    auto cursor = log.open_cursor(start);
+    if (!cursor.ok()) return cursor.error();
+    for (;;) {
+      auto meta = (*cursor)->next_entry();
+      if (!meta.ok()) return meta.error();
+      if (!meta->has_value() || (*meta)->commit_lsn > unmarked_through) break;
+      auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
+      if (!holds.ok()) return holds.error();
+      if (!*holds) continue;
+      auto marker = marker_in(log, (*meta)->commit_lsn);
+      if (!marker.ok() || marker->has_value()) return marker;
+    }
+  }
+  for (Lsn lsn : marked.commit_lsns) {
+    if (unmarked_through.is_valid() && lsn <= unmarked_through) continue;  // searched above
+    auto marker = marker_in(log, lsn);
     if (!marker.ok() || marker->has_value()) return marker;
   }
+  return std::optional<PublicationsChange>();
 }
 
 Result<std::optional<Transaction>> apply_view(const ViewOptions& options, const Transaction& txn) {

@@ -73,10 +73,6 @@ class TableFilter {
   std::set<std::string> schemas_;
 };
 
-// The prefix of the logical message that capture writes into the transaction that changed the
-// upstream's publications (or at the next check, without an event trigger).
-inline constexpr std::string_view kPublicationsChangedPrefix = "pgrelay.publications.changed";
-
 enum class EmptyTransactions {
   kSkip,  // PostgreSQL 15+ pgoutput: a transaction with nothing to send is not sent
   kKeep,  // send Begin/Commit even when every change was filtered out
@@ -322,9 +318,10 @@ class ViewReader {
 };
 
 // The first publications-changed marker in the entries of `log` from `start` on (a cursor's
-// start rule), as far as the log holds them now; nullopt when there is none. Reads every change
-// before it: blocking I/O, for a stream that starts behind the log's end and needs the
-// publications as they stood where it starts (the marker's catalog before).
+// start rule), as far as the log holds them now; nullopt when there is none. Reads only the
+// entries the log lists as marked (and the data of any appended before it kept that list):
+// blocking I/O, for a stream that starts behind the log's end and needs the publications as
+// they stood where it starts (the marker's catalog before).
 Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start);
 
 // The view of a whole in-memory transaction; nullopt when the view skips it.

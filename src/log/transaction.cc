@@ -89,17 +89,24 @@ pgoutput::Message to_message(ChangeMessage message) {
       std::move(message));
 }
 
+const pgoutput::LogicalMessage* publications_marker(const ChangeMessage& message) {
+  const auto* m = std::get_if<pgoutput::LogicalMessage>(&message);
+  return m != nullptr && m->prefix == kPublicationsChangedPrefix ? m : nullptr;
+}
+
 Result<EncodedEntry> encode_transaction(const Transaction& txn) {
   if (txn.changes.size() > std::numeric_limits<std::uint32_t>::max()) {
     return Error::make(sqlstate::kProgramLimitExceeded, "transaction has too many changes");
   }
   ByteWriter out;
+  bool marked = false;
   for (const Change& c : txn.changes) {
     PGRELAY_TRY(encode_change(txn.header.begin_lsn, c.lsn, to_message(c.message), out));
+    marked = marked || publications_marker(c.message) != nullptr;
   }
   EncodedEntry entry{
       entry_meta(txn.kind, txn.header, static_cast<std::uint32_t>(txn.changes.size())),
-      std::move(out).take()};
+      std::move(out).take(), marked};
   // Reading it back enforces the rules a reader relies on (Relation before changes, one
   // non-transactional message per message entry).
   ChangeReader check(entry.meta);

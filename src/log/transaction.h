@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -36,6 +37,14 @@ namespace pgrelay::log {
 using ChangeMessage =
     std::variant<pgoutput::Relation, pgoutput::Type, pgoutput::Insert, pgoutput::Update,
                  pgoutput::Delete, pgoutput::Truncate, pgoutput::LogicalMessage>;
+
+// The prefix of the logical message that capture writes into the transaction that changed the
+// upstream's publications (or at the next check, without an event trigger). The log marks the
+// entries that hold one (PendingEntry::marked), so that readers find them without decoding.
+inline constexpr std::string_view kPublicationsChangedPrefix = "pgrelay.publications.changed";
+
+// The message when it is capture's publications-changed marker, else null.
+const pgoutput::LogicalMessage* publications_marker(const ChangeMessage& message);
 
 // One change of a transaction and the WAL position it was decoded at.
 struct Change {
@@ -83,7 +92,8 @@ pgoutput::Message to_message(ChangeMessage message);
 struct EncodedEntry {
   EntryMeta meta;
   Bytes data;
-  PendingEntry pending() const { return PendingEntry{meta, data, nullptr}; }
+  bool marked = false;  // holds a publications-changed marker
+  PendingEntry pending() const { return PendingEntry{meta, data, nullptr, marked}; }
 };
 
 // Encodes a small in-memory transaction as given (the caller supplies its Relation records) and

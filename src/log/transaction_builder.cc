@@ -71,6 +71,7 @@ void TransactionBuilder::reset() {
   spill_.reset();
   size_ = 0;
   count_ = 0;
+  marked_ = false;
   sent_relations_.clear();
   sent_types_.clear();
 }
@@ -134,6 +135,7 @@ Status TransactionBuilder::add(Lsn lsn, ChangeMessage message) {
                          "it into the SchemaCatalog.");
     }
   }
+  const bool marker = publications_marker(message) != nullptr;
   const pgoutput::Message wire = to_message(std::move(message));
   if (pgoutput::encoded_size(wire) > kMaxChangeMessageSize) {
     return Error::make(sqlstate::kProgramLimitExceeded,
@@ -141,7 +143,9 @@ Status TransactionBuilder::add(Lsn lsn, ChangeMessage message) {
   }
 
   for (pgoutput::Oid oid : relations) PGRELAY_TRY(ensure_relation(lsn, oid));
-  return append(lsn, wire);
+  PGRELAY_TRY(append(lsn, wire));
+  marked_ = marked_ || marker;
+  return {};
 }
 
 Status TransactionBuilder::ensure_relation(Lsn lsn, pgoutput::Oid oid) {
@@ -225,6 +229,7 @@ Result<BuiltEntry> TransactionBuilder::finish() {
   if (failed_) return *failed_;
   BuiltEntry entry;
   entry.meta = entry_meta(EntryKind::kTransaction, header_, count_);
+  entry.marked = marked_;
   if (spilled()) {
     PGRELAY_TRY(flush_spill());
     auto file = spill_->finish();
@@ -257,6 +262,7 @@ Status TransactionBuilder::rewind(const Mark& mark) {
   }
   size_ = mark.size;
   count_ = mark.count;
+  marked_ = mark.marked;
   sent_relations_ = mark.sent_relations;
   sent_types_ = mark.sent_types;
   return {};
@@ -276,10 +282,12 @@ Result<BuiltEntry> build_message_entry(const TransactionHeader& header, Lsn lsn,
                    "Add it to the transaction with TransactionBuilder::add().");
   }
   message.xid.reset();
+  const bool message_marked = message.prefix == kPublicationsChangedPrefix;
   ByteWriter out;
   PGRELAY_TRY(encode_change(header.begin_lsn, lsn, pgoutput::Message(std::move(message)), out));
   BuiltEntry entry;
   entry.meta = entry_meta(EntryKind::kMessage, header, 1);
+  entry.marked = message_marked;
   entry.data = std::move(out).take();
   return entry;
 }

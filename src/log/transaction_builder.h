@@ -47,9 +47,10 @@ struct BuiltEntry {
   EntryMeta meta;
   Bytes data;                        // when not spilled
   std::unique_ptr<SpillFile> spill;  // when spilled
+  bool marked = false;               // holds a publications-changed marker
 
   // What ChangeLog::append takes; valid while this BuiltEntry lives.
-  PendingEntry pending() const { return PendingEntry{meta, data, spill.get()}; }
+  PendingEntry pending() const { return PendingEntry{meta, data, spill.get(), marked}; }
   std::uint64_t data_size() const { return spill ? spill->size() : data.size(); }
 };
 
@@ -94,10 +95,11 @@ class TransactionBuilder {
   struct Mark {
     std::uint64_t size = 0;
     std::uint32_t count = 0;
+    bool marked = false;
     std::unordered_map<pgoutput::Oid, std::uint64_t> sent_relations;
     std::unordered_map<pgoutput::Oid, std::uint64_t> sent_types;
   };
-  Mark mark() const { return Mark{size_, count_, sent_relations_, sent_types_}; }
+  Mark mark() const { return Mark{size_, count_, marked_, sent_relations_, sent_types_}; }
   // Drops every record added since `mark` was taken (a subtransaction rolled back), in memory
   // or in the spill file; the Relations they brought are added again where needed.
   Status rewind(const Mark& mark);
@@ -134,6 +136,7 @@ class TransactionBuilder {
   std::optional<SpillWriter> spill_;
   std::uint64_t size_ = 0;
   std::uint32_t count_ = 0;
+  bool marked_ = false;  // a publications-changed marker was added
   // Catalog versions already written into this transaction.
   std::unordered_map<pgoutput::Oid, std::uint64_t> sent_relations_;
   std::unordered_map<pgoutput::Oid, std::uint64_t> sent_types_;

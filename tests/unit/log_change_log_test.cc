@@ -277,6 +277,58 @@ TEST(ChangeLog, AppendAssigningChoosesIncreasingLsnsAcrossReopen) {
   EXPECT_EQ(log->stats().entries_appended, 1u);
 }
 
+TEST(ChangeLog, MarkedEntriesAreListedAtTheirFinalLsnsAcrossReopen) {
+  TempDir dir;
+  std::string data = "x";
+  {
+    auto log = open_log(options_for(dir));
+    EXPECT_FALSE(log->marked_entries(Lsn(0)).unmarked_through.is_valid());
+    std::vector<PendingEntry> batch{txn(1, as_bytes(data)), txn(2, as_bytes(data))};
+    batch[1].marked = true;
+    ASSERT_TRUE(log->append(batch).ok());
+    // Relative LSNs, shifted by the log: the list holds the LSN the entry was written at.
+    EntryMeta m;
+    m.begin_lsn = Lsn(0);
+    m.commit_lsn = Lsn(10);
+    m.end_lsn = Lsn(11);
+    std::vector<PendingEntry> assigned{PendingEntry{m, as_bytes(data), nullptr, true}};
+    auto base = log->append_assigning(assigned, Lsn(1000));
+    ASSERT_TRUE(base.ok());
+    EXPECT_EQ(log->marked_entries(Lsn(0)).commit_lsns, (std::vector<Lsn>{Lsn(250), Lsn(1010)}));
+  }
+  auto log = open_log(options_for(dir));
+  const MarkedEntries marked = log->marked_entries(Lsn(251));
+  EXPECT_EQ(marked.commit_lsns, std::vector<Lsn>{Lsn(1010)});
+  EXPECT_FALSE(marked.unmarked_through.is_valid());
+}
+
+TEST(ChangeLog, ALogWithoutAMarksFileListsNoneOfItsEntriesAndSaysSo) {
+  TempDir dir;
+  std::string data = "x";
+  {
+    auto log = open_log(options_for(dir));
+    std::vector<PendingEntry> batch{txn(1, as_bytes(data))};
+    batch[0].marked = true;
+    ASSERT_TRUE(log->append(batch).ok());
+  }
+  // As a log from before marks were kept: its entries may hold markers nobody listed.
+  ASSERT_EQ(::unlink((dir.path() + "/" + kMarksName).c_str()), 0);
+  LogOptions read_only = options_for(dir);
+  read_only.read_only = true;
+  {
+    auto inspect = ChangeLog::open(read_only);
+    ASSERT_TRUE(inspect.ok()) << inspect.error().to_string();
+    EXPECT_EQ((*inspect)->marked_entries(Lsn(0)).unmarked_through, Lsn(151));
+  }
+  auto log = open_log(options_for(dir));
+  std::vector<PendingEntry> batch{txn(2, as_bytes(data))};
+  batch[0].marked = true;
+  ASSERT_TRUE(log->append(batch).ok());
+  const MarkedEntries marked = log->marked_entries(Lsn(0));
+  EXPECT_EQ(marked.unmarked_through, Lsn(151));  // the end of txn 1
+  EXPECT_EQ(marked.commit_lsns, std::vector<Lsn>{Lsn(250)});
+}
+
 TEST(ChangeLog, BatchIsAtomicAndOrdered) {
   TempDir dir;
   auto log = open_log(options_for(dir));

@@ -1,11 +1,14 @@
 // Tests reader-side views: table and operation filters, empty transactions, delta updates.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "log/change_log.h"
 #include "log/change_view.h"
+#include "log/manifest.h"
 #include "log/transaction.h"
 #include "log_test_util.h"
 
@@ -459,6 +462,92 @@ TEST(FirstPublicationsChange, FindsTheFirstMarkerFromAStartPastValuesThatOnlyHol
   auto after = first_publications_change(**log, Lsn(4501));
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->has_value());
+}
+
+// A log of marker transactions, each appended as marked or not as the test says.
+class MarkerLog {
+ public:
+  MarkerLog() { reopen(); }
+  void close() { log_.reset(); }
+  void reopen() {
+    log_.reset();
+    LogOptions lo;
+    lo.dir = dir_.path();
+    lo.sync = SyncPolicy::kNone;
+    auto log = ChangeLog::open(lo);
+    ASSERT_TRUE(log.ok()) << log.error().to_string();
+    log_ = std::move(*log);
+  }
+  // Transaction `xid` holding a marker (or only a row) at commit LSN xid*1000+500.
+  void append(std::uint32_t xid, bool with_marker, bool marked) {
+    const pgoutput::LogicalMessage marker{
+        std::nullopt, true, Lsn(3), std::string(kPublicationsChangedPrefix),
+        std::to_string(xid) + "\n{\"b\":" + std::to_string(xid) + "}\n{}"};
+    auto encoded = with_marker ? encode_transaction(txn({users(), user_insert("1"), marker}, xid))
+                               : encode_transaction(txn({users(), user_insert("1")}, xid));
+    ASSERT_TRUE(encoded.ok()) << encoded.error().to_string();
+    EXPECT_EQ(encoded->marked, with_marker);
+    PendingEntry entry = encoded->pending();
+    entry.marked = marked;
+    ASSERT_TRUE(log_->append({&entry, 1}).ok());
+  }
+  // The xid of the first marker from `start`, 0 for none.
+  std::uint64_t first_from(Lsn start) {
+    auto first = first_publications_change(*log_, start);
+    EXPECT_TRUE(first.ok()) << first.error().to_string();
+    return first.ok() && first->has_value() ? (*first)->xid.value_or(0) : 0;
+  }
+  const testing::TempDir& dir() const { return dir_; }
+
+ private:
+  testing::TempDir dir_;
+  std::unique_ptr<ChangeLog> log_;
+};
+
+TEST(FirstPublicationsChange, ReadsOnlyTheEntriesTheLogListsAsMarked) {
+  MarkerLog log;
+  // An entry holding a marker that was appended unmarked is not read: only listed entries are.
+  log.append(1, /*with_marker=*/true, /*marked=*/false);
+  EXPECT_EQ(log.first_from(Lsn(0)), 0u);
+  log.append(2, true, true);
+  EXPECT_EQ(log.first_from(Lsn(0)), 2u);
+  EXPECT_EQ(log.first_from(Lsn(2501)), 0u);
+}
+
+TEST(FirstPublicationsChange, SearchesTheDataOfEntriesFromBeforeTheLogKeptMarks) {
+  MarkerLog log;
+  log.append(1, /*with_marker=*/true, /*marked=*/false);
+  log.append(2, false, false);
+  log.append(3, true, false);
+  // Without its marks file the log cannot vouch for its entries, so their data is searched.
+  ASSERT_EQ(::unlink((log.dir().path() + "/" + kMarksName).c_str()), 0);
+  log.reopen();
+  EXPECT_EQ(log.first_from(Lsn(0)), 1u);
+  EXPECT_EQ(log.first_from(Lsn(1501)), 3u);
+  EXPECT_EQ(log.first_from(Lsn(3501)), 0u);
+  // Entries appended since are listed.
+  log.append(4, false, false);
+  log.append(5, true, true);
+  EXPECT_EQ(log.first_from(Lsn(3501)), 5u);
+  EXPECT_EQ(log.first_from(Lsn(1501)), 3u);
+}
+
+TEST(FirstPublicationsChange, PassesOverAListedEntryThatACrashTook) {
+  MarkerLog log;
+  log.append(1, false, false);
+  const std::string segment = log.dir().path() + "/" + segment_file_name(1);
+  const auto before = std::filesystem::file_size(segment);
+  log.append(2, true, true);
+  // The crash came after the marks file listed transaction 2 and before its batch was whole.
+  log.close();
+  std::filesystem::resize_file(segment, before + 7);
+  log.reopen();
+  EXPECT_EQ(log.first_from(Lsn(0)), 0u);
+  // Its source sends transaction 2 again, now without a marker (or a later one instead).
+  log.append(2, false, false);
+  EXPECT_EQ(log.first_from(Lsn(0)), 0u);
+  log.append(3, true, true);
+  EXPECT_EQ(log.first_from(Lsn(0)), 3u);
 }
 
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {

@@ -374,6 +374,42 @@ TEST(TransactionBuilder, RewindDropsWhatCameAfterTheMark) {
   EXPECT_FALSE(b.rewind(later).ok());
 }
 
+TEST(TransactionBuilder, AnEntryHoldingAPublicationsMarkerIsMarkedUnlessRewoundPastIt) {
+  SchemaCatalog cat = catalog();
+  const pgoutput::LogicalMessage marker{std::nullopt, true, Lsn(0x30),
+                                        std::string(kPublicationsChangedPrefix), "9\n{}\n{}"};
+  const pgoutput::LogicalMessage other{std::nullopt, true, Lsn(0x30), "app", "hello"};
+  TransactionBuilder b(cat, BuilderOptions{});
+  ASSERT_TRUE(b.begin(header(41)).ok());
+  add_ok(b, 0x10, user_insert(1));
+  add_ok(b, 0x20, other);
+  EXPECT_FALSE(finish_ok(b).marked);
+
+  ASSERT_TRUE(b.begin(header(42)).ok());
+  add_ok(b, 0x10, user_insert(1));
+  add_ok(b, 0x30, marker);
+  add_ok(b, 0x40, user_insert(2));
+  const BuiltEntry built = finish_ok(b);
+  EXPECT_TRUE(built.marked);
+  EXPECT_TRUE(built.pending().marked);
+  ASSERT_TRUE(b.begin(header(43)).ok());
+  EXPECT_FALSE(finish_ok(b).marked);  // a new transaction starts unmarked
+
+  // A subtransaction that wrote the marker and rolled back takes the mark with it.
+  ASSERT_TRUE(b.begin(header(44)).ok());
+  add_ok(b, 0x10, user_insert(1));
+  const TransactionBuilder::Mark before = b.mark();
+  add_ok(b, 0x30, marker);
+  ASSERT_TRUE(b.rewind(before).ok());
+  EXPECT_FALSE(finish_ok(b).marked);
+
+  pgoutput::LogicalMessage untransactional = marker;
+  untransactional.transactional = false;
+  auto message = build_message_entry(header(45), Lsn(0x30), untransactional);
+  ASSERT_TRUE(message.ok()) << message.error().to_string();
+  EXPECT_TRUE(message->marked);
+}
+
 TEST(TransactionBuilder, AbortDropsTheSpill) {
   TempDir tmp;
   SchemaCatalog cat = catalog();
