@@ -1,5 +1,6 @@
 // Change-log benchmark: append throughput per durability policy and appender count, group
-// commit, cold and warm read throughput, and peak memory of a reader far behind the head.
+// commit, cold and warm read throughput, peak memory of a reader far behind the head, and what a
+// stream that starts there spends looking for publications markers before it reads.
 //
 // Usage: bench_log [--dir DIR] [--seconds S] [--replay-gb G]
 // DIR must be on the file system to measure (default: a new directory under /tmp).
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "log/change_log.h"
+#include "log/change_view.h"
+#include "log/marks.h"
 
 using namespace pgrelay;
 using namespace pgrelay::log;
@@ -159,6 +162,15 @@ ReadResult read_everything(ChangeLog& log) {
                     static_cast<double>(entries) / elapsed, entries};
 }
 
+// Seconds first_publications_change takes from the log's start (a log without markers: it
+// looks through everything it must and finds none).
+double time_marker_search(ChangeLog& log) {
+  auto start = Clock::now();
+  auto found = first_publications_change(log, Lsn(0));
+  if (!found.ok() || found->has_value()) std::abort();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,6 +251,22 @@ int main(int argc, char** argv) {
   std::printf("warm read: %.0f MB/s, %.0f txn/s\n", warm.mb_per_s, warm.txn_per_s);
   std::printf("reader %.2f GB behind the head: peak RSS %.1f MiB above idle (target < 64 MiB)\n",
               static_cast<double>(written) / 1e9, static_cast<double>(peak_kb - idle_kb) / 1024.0);
+
+  // A stream starting at the tail first finds the publications markers ahead of it: in the
+  // entries the log lists as marked, or, in a log from before it kept that list, in every
+  // entry's data. Beside one warm read of the backlog, which the stream then does anyway.
+  const double listed_s = time_marker_search(*log);
+  log.reset();
+  std::filesystem::remove(o.dir + "/" + kMarksName);
+  opened = ChangeLog::open(o);
+  if (!opened.ok()) return 1;
+  log = std::move(*opened);
+  const double searched_s = time_marker_search(*log);
+  const double read_s = static_cast<double>(warm.entries) / warm.txn_per_s;
+  std::printf(
+      "stream start, marker search: %.6f s with the marks list, %.3f s searching the data "
+      "(a log from before the list); one warm read of the backlog %.3f s: %.2gx and %.2fx of it\n",
+      listed_s, searched_s, read_s, listed_s / read_s, searched_s / read_s);
   log.reset();
   if (own_dir) std::filesystem::remove_all(s.dir);
   return 0;
