@@ -102,6 +102,11 @@ class Logger {
   void error(std::string_view message, LogFields fields = {}) {
     log(LogLevel::kError, message, fields);
   }
+  // An Error as one line: its message, with its SQLSTATE, detail and hint as fields.
+  void error(const Error& error) {
+    log(LogLevel::kError, error.message,
+        {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
+  }
 
   // The line log() would write (with its trailing newline), whatever the level filter.
   std::string format_line(LogLevel level, std::string_view message, LogFields fields) const;

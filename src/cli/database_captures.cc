@@ -19,11 +19,6 @@ namespace {
 
 constexpr const char* kIndexFile = "databases.json";
 
-void log_error(Logger& logger, const Error& error) {
-  logger.error(error.message,
-               {{"sqlstate", error.sqlstate}, {"detail", error.detail}, {"hint", error.hint}});
-}
-
 // Which capture the mode asks for: "auto" keeps the mode an existing log was captured with,
 // and otherwise takes native capture where the upstream allows it.
 Result<bool> wants_native_capture(const ServeOptions& options,
@@ -225,7 +220,7 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   running->capture = std::move(*capture);
   const std::string relative =
       dir == options_.data_dir ? std::string() : dir.substr(options_.data_dir.size() + 1);
-  if (auto saved = remember(database, relative); !saved.ok()) log_error(logger_, saved.error());
+  if (auto saved = remember(database, relative); !saved.ok()) logger_.error(saved.error());
   {
     std::lock_guard lock(mu_);
     running_[database] = running;
@@ -325,7 +320,7 @@ void DatabaseCaptures::forget(const std::string& database) {
     const auto before = known.size();
     std::erase_if(known, [&](const auto& entry) { return entry.name == database; });
     if (known.size() != before) {
-      if (auto saved = write_index(known); !saved.ok()) log_error(logger_, saved.error());
+      if (auto saved = write_index(known); !saved.ok()) logger_.error(saved.error());
     }
   }
   logger_.info("no longer capturing database: it is being dropped", {{"database", database}});

@@ -1,0 +1,323 @@
+// The composition root of `pgrelay serve`: its parts, owned in start order, stopped in reverse.
+#include "cli/relay.h"
+
+#include <cctype>
+#include <cstdio>
+#include <map>
+
+#include "base/strings.h"
+#include "log/file_util.h"
+#include "server/tls_setup.h"
+#include "upstream/virtual_catalog.h"
+#include "wire/scram.h"
+
+namespace pgrelay::cli {
+
+namespace {
+
+// Percent-encodes a URL component (user, password, database name).
+std::string url_encode(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char buffer[4];
+      std::snprintf(buffer, sizeof buffer, "%%%02X", c);
+      out += buffer;
+    }
+  }
+  return out;
+}
+
+// The values /metrics reads at scrape time beside the server's own counters.
+void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures,
+                     server::ReplicationHubs& hubs) {
+  std::map<std::string, wire::Lsn> heads;
+  for (const auto& db : captures.figures()) {
+    const server::MetricLabels labels = {{"database", db.database}};
+    out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"},
+                labels, static_cast<double>(db.capture.transactions));
+    out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, labels,
+                static_cast<double>(db.capture.rows));
+    out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"},
+                labels, static_cast<double>(db.capture.reconnects));
+    out.counter({"pgrelay_captured_streamed_transactions_total",
+                 "Transactions native capture took in while they still ran upstream"},
+                labels, static_cast<double>(db.capture.streamed));
+    out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, labels,
+              static_cast<double>(db.log.total_bytes));
+    out.gauge({"pgrelay_log_segments", "Segments of the change log"}, labels,
+              static_cast<double>(db.log.segments));
+    out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, labels,
+              static_cast<double>(db.head.value()));
+    heads[db.database] = db.head;
+  }
+  for (const auto& slot : hubs.slots().list()) {
+    const std::uint64_t head = heads[slot.database].value();
+    std::uint64_t lag =
+        head > slot.confirmed_flush.value() ? head - slot.confirmed_flush.value() : 0;
+    out.gauge({"pgrelay_slot_lag_bytes", "Log bytes past the slot's confirmed_flush_lsn"},
+              {{"slot", slot.name}, {"database", slot.database}}, static_cast<double>(lag));
+    out.gauge({"pgrelay_slot_active", "1 while a walsender streams the slot"},
+              {{"slot", slot.name}, {"database", slot.database}}, slot.active_pid != 0 ? 1.0 : 0.0);
+  }
+  out.gauge({"pgrelay_walsenders", "Replication streams being served"}, {},
+            static_cast<double>(hubs.walsenders().list().size()));
+}
+
+}  // namespace
+
+Relay::Relay(const ServeOptions& options, ServePlan plan, Logger& logger)
+    : options_(options),
+      plan_(std::move(plan)),
+      logger_(logger),
+      rewriter_(server::RewriteOptions{options.schema}) {}
+
+Relay::~Relay() {
+  // The catalog workers read the hubs: they stop before anything else goes.
+  if (captures_) captures_->stop_workers();
+}
+
+Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePlan plan,
+                                            Logger& logger) {
+  std::unique_ptr<Relay> relay(new Relay(options, std::move(plan), logger));
+  auto pid_file = PidFile::acquire(options.data_dir);
+  if (!pid_file.ok()) return pid_file.error();
+  relay->pid_file_.emplace(std::move(*pid_file));
+  PGRELAY_TRY(relay->start_upstream());
+  PGRELAY_TRY(relay->open_slots());
+  PGRELAY_TRY(relay->start_captures());
+  PGRELAY_TRY(relay->configure_sessions());
+  PGRELAY_TRY(relay->install_catalog());
+  PGRELAY_TRY(relay->start_listener());
+  PGRELAY_TRY(relay->start_metrics());
+  relay->handle_signals();
+  relay->announce_ready();
+  return relay;
+}
+
+Status Relay::start_upstream() {
+  if (plan_.upstream) {
+    upstream_ = *plan_.upstream;
+    return {};
+  }
+  upstream::EmbeddedOptions embedded_options;
+  embedded_options.data_dir = options_.data_dir;
+  embedded_options.bin_dir = options_.pg_bin;
+  embedded_options.run_as = options_.run_as;
+  // Native capture decodes the private instance's WAL; trigger capture needs no more than
+  // replica.
+  embedded_options.logical_decoding = capture_mode(options_) != "trigger";
+  embedded_options.on_event = [this](const std::string& text) { logger_.info(text); };
+  auto started = upstream::EmbeddedPostgres::start(std::move(embedded_options));
+  if (!started.ok()) return started.error();
+  embedded_ = std::move(*started);
+  for (const auto& database : options_.databases) {
+    PGRELAY_TRY(embedded_->ensure_database(database));
+  }
+  auto upstream = upstream::UpstreamConfig::parse(embedded_->conninfo("postgres"));
+  if (!upstream.ok()) return upstream.error();
+  upstream_ = std::move(*upstream);
+  return {};
+}
+
+Status Relay::open_slots() {
+  // The slots of every database live beside the first database's log, as they always did.
+  const std::string slots_dir = options_.data_dir + "/log";
+  PGRELAY_TRY(log::ensure_directory(options_.data_dir));
+  PGRELAY_TRY(log::ensure_directory(slots_dir));
+  log::SlotRegistryOptions slot_options;
+  slot_options.max_slots = static_cast<std::size_t>(options_.max_replication_slots);
+  slot_options.persist_every = 0;
+  slot_options.persist_interval = std::chrono::milliseconds(1000);
+  auto slots = log::SlotRegistry::open(slots_dir, slot_options);
+  if (!slots.ok()) return slots.error();
+  slots_ = std::move(*slots);
+  return {};
+}
+
+Status Relay::start_captures() {
+  captures_ = std::make_unique<DatabaseCaptures>(options_, upstream_, io_, logger_);
+  DatabaseCaptures& captures = *captures_;
+  hubs_ = std::make_unique<server::ReplicationHubs>(
+      io_.get_executor(), blocking_, *slots_, upstream_,
+      server::CaptureScope(upstream_.dbname, options_.capture_databases),
+      [&captures](const std::string& database) { return captures.start(database); },
+      [&captures](const std::string& database, const std::optional<Error>& refusal) {
+        captures.prepare(database, refusal);
+      },
+      [&captures](const std::string& database) { captures.forget(database); });
+  captures.attach(*hubs_);
+  hubs_->walsenders().on_change([&captures] { captures.refresh_all(); });
+  hubs_->walsenders().on_mirror_sync([&captures] { captures.flush_all(); });
+
+  // The upstream URL's database is captured from the start; a failure there ends the run.
+  PGRELAY_TRY(hubs_->open(upstream_.dbname));
+  // So is every other database an earlier run captured (its slots must keep streaming). One
+  // that cannot be captured now is said and left out: its slots get its capture error.
+  if (auto noted = captures.note_scope(hubs_->scope()); !noted.ok()) {
+    logger_.error(noted.error());
+  }
+  for (const auto& database : captures.captured_before()) {
+    if (database == upstream_.dbname || !hubs_->scope().admits(database)) continue;
+    if (auto other = hubs_->open(database); !other.ok()) {
+      logger_.warning(
+          "could not capture a database captured before",
+          {{"database", database}, {"error", other.error().message}, {"hint", other.error().hint}});
+    }
+  }
+  return {};
+}
+
+Status Relay::configure_sessions() {
+  context_.logger = &logger_;
+  context_.metrics = &metrics_;
+  context_.upstream = upstream_;
+  context_.hubs = hubs_.get();
+  context_.settings.wal_sender_timeout = std::chrono::seconds(options_.wal_sender_timeout_seconds);
+  context_.auth.timeout = std::chrono::seconds(options_.authentication_timeout_seconds);
+  context_.settings.max_wal_senders = options_.max_wal_senders;
+  context_.settings.max_replication_slots = options_.max_replication_slots;
+
+  // Clients log in as the upstream's user, with its password, unless a users file says who.
+  if (plan_.users) {
+    context_.auth.users = *plan_.users;
+  } else {
+    server::User user{upstream_.user, "", true};
+    if (!upstream_.password.empty()) {
+      auto verifier = wire::ScramVerifier::from_password(upstream_.password);
+      if (!verifier.ok()) return verifier.error();
+      user.secret = verifier->to_string();
+    }
+    context_.auth.users.push_back(user);
+  }
+  auto mock = wire::random_bytes(32);
+  if (mock.ok()) context_.auth.mock_secret = *mock;
+  // Without a password only loopback clients may enter (trust); with one, SCRAM everywhere.
+  if (upstream_.password.empty() && !plan_.users) {
+    context_.auth.default_method = server::AuthMethod::kReject;
+    for (const char* loopback : {"127.0.0.0/8", "::1/128"}) {
+      context_.auth.rules.push_back(
+          {*server::parse_auth_network(loopback), server::AuthMethod::kTrust});
+    }
+  }
+  context_.auth.rules.insert(context_.auth.rules.begin(), plan_.auth_rules.begin(),
+                             plan_.auth_rules.end());
+  for (const auto& rule : plan_.trusting_rules) {
+    logger_.warning("trust authentication admits anyone from this network", {{"rule", rule}});
+  }
+
+  if (!options_.no_tls) {
+    std::string cert =
+        options_.tls_cert.empty() ? options_.data_dir + "/tls/server.crt" : options_.tls_cert;
+    std::string key =
+        options_.tls_key.empty() ? options_.data_dir + "/tls/server.key" : options_.tls_key;
+    if (options_.tls_cert.empty()) {
+      PGRELAY_TRY(server::ensure_self_signed_certificate(cert, key, "pgrelay"));
+    }
+    auto tls = server::make_server_tls(cert, key);
+    if (!tls.ok()) return tls.error();
+    server_tls_ = std::move(*tls);
+    context_.server_tls = server_tls_.get();
+  }
+  auto upstream_tls = server::make_upstream_tls(upstream_);
+  if (!upstream_tls.ok()) return upstream_tls.error();
+  upstream_tls_ = std::move(*upstream_tls);
+  context_.upstream_tls = upstream_tls_.get();
+
+  context_.rewrite = [this](const std::string_view sql,
+                            const server::StatementSource& source) -> std::optional<std::string> {
+    if (!rewriter_.may_need_rewrite(sql, source)) return std::nullopt;
+    auto rewritten = rewriter_.rewrite(sql, source);
+    if (!rewritten.ok()) return std::nullopt;
+    return *rewritten;
+  };
+  return {};
+}
+
+Status Relay::install_catalog() {
+  // The first database's catalog is there before clients come; a failure to install it ends
+  // the run (elsewhere it is a warning: pgrelay serves those databases without it).
+  auto catalog = upstream::VirtualCatalog::open(upstream_.conninfo(), options_.schema);
+  if (!catalog.ok()) return catalog.error();
+  PGRELAY_TRY((*catalog)->install());
+  catalog->reset();
+  for (const auto& database : hubs_->captured()) hubs_->prepare(database);
+  return {};
+}
+
+Status Relay::start_listener() {
+  server_ = std::make_unique<server::Server>(io_, context_);
+  auto bound = server_->listen(plan_.listen.first, plan_.listen.second);
+  if (!bound.ok()) return bound.error();
+  port_ = bound->port();
+  server_->start();
+  return {};
+}
+
+Status Relay::start_metrics() {
+  // Scrape-time values for /metrics (on the io thread).
+  metrics_.add_collector(
+      [this](server::MetricWriter& out) { publish_metrics(out, *captures_, *hubs_); });
+  if (!plan_.metrics) return {};
+  metrics_endpoint_ =
+      std::make_unique<server::MetricsEndpoint>(io_, [this] { return metrics_.render(); });
+  PGRELAY_TRY(metrics_endpoint_->listen(plan_.metrics->first, plan_.metrics->second));
+  metrics_endpoint_->start();
+  logger_.info("serving metrics", {{"address", options_.metrics}, {"path", "/metrics"}});
+  return {};
+}
+
+void Relay::handle_signals() {
+  signals_.async_wait([this](const std::error_code& error, int) {
+    if (!error) shut_down();
+  });
+}
+
+void Relay::shut_down() {
+  logger_.info("shutting down", {{"sessions", server_->session_count()}});
+  server_->stop_accepting();
+  hubs_->walsenders().stop_all();
+  context_.shutdown.trigger();
+  shutdown_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  wait_for_sessions();
+}
+
+void Relay::wait_for_sessions() {
+  if (server_->session_count() == 0 || std::chrono::steady_clock::now() >= shutdown_deadline_) {
+    server_->stop();
+    if (metrics_endpoint_) metrics_endpoint_->stop();
+    io_.stop();
+    return;
+  }
+  shutdown_timer_.expires_after(std::chrono::milliseconds(50));
+  shutdown_timer_.async_wait([this](const std::error_code&) { wait_for_sessions(); });
+}
+
+void Relay::announce_ready() {
+  const std::string& listen_host = plan_.listen.first;
+  std::string host = listen_host == "0.0.0.0" || listen_host == "::" ? "127.0.0.1" : listen_host;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  std::string url = "postgres://" + url_encode(upstream_.user);
+  if (!upstream_.password.empty()) url += ":" + url_encode(upstream_.password);
+  url += "@" + host + ":" + std::to_string(port_) + "/" + url_encode(upstream_.dbname);
+  (void)pid_file_->publish_url(url);
+  std::printf("pgrelay ready: %s\n", url.c_str());
+  std::fflush(stdout);
+  logger_.info("ready", {{"listen", host + ":" + std::to_string(port_)},
+                         {"upstream", upstream_.describe()},
+                         {"private_postgres", embedded_ != nullptr},
+                         {"captured_databases", join(hubs_->captured())}});
+}
+
+int Relay::run() {
+  io_.run();
+  blocking_.join();
+  io_.drop_pending_work();
+  (void)slots_->flush();
+  logger_.info("stopped");
+  return 0;
+}
+
+}  // namespace pgrelay::cli

@@ -1,0 +1,99 @@
+// The composition root of `pgrelay serve`: its parts, owned in start order, stopped in reverse.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+
+#include "base/logger.h"
+#include "base/result.h"
+#include "cli/database_captures.h"
+#include "cli/pid_file.h"
+#include "cli/serve_command.h"
+#include "cli/serve_plan.h"
+#include "log/slots.h"
+#include "server/metrics.h"
+#include "server/metrics_endpoint.h"
+#include "server/replication_hubs.h"
+#include "server/server.h"
+#include "server/server_context.h"
+#include "server/sql_rewrite.h"
+#include "upstream/embedded_postgres.h"
+#include "upstream/upstream_config.h"
+
+namespace pgrelay::cli {
+
+// Each part is a member, declared in the order the parts start, so that they are destroyed in
+// reverse: nothing outlives what it uses. start() builds them one by one, each step a small
+// function that returns a Status; a failure leaves the parts started so far to the destructor.
+// run() serves until SIGINT or SIGTERM, then shuts down as Postgres does.
+class Relay {
+ public:
+  // `options` and `logger` must outlive the relay.
+  static Result<std::unique_ptr<Relay>> start(const ServeOptions& options, ServePlan plan,
+                                              Logger& logger);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Serves until a signal, then stops the parts that run on the loop; returns the exit status.
+  int run();
+
+ private:
+  // The serve loop. After run() it can destroy the work it still holds (the coroutine frames
+  // of sessions that were mid-wait when it stopped) while the hubs, logs and registries those
+  // frames point into are still there; left to its own destructor, that would happen after.
+  class Loop : public asio::io_context {
+   public:
+    void drop_pending_work() { shutdown(); }
+  };
+
+  Relay(const ServeOptions& options, ServePlan plan, Logger& logger);
+  // The steps of start(), in order.
+  Status start_upstream();
+  Status open_slots();
+  Status start_captures();
+  Status configure_sessions();
+  Status install_catalog();
+  Status start_listener();
+  Status start_metrics();
+  void handle_signals();
+  // "pgrelay ready: URL" on stdout and in the pid file, and the ready log line.
+  void announce_ready();
+  // Shutdown: stop accepting, let walsenders end their streams with CopyDone and pass-through
+  // sessions finish the reply in flight (then FATAL 57P01, as Postgres), close what is left
+  // after a few seconds, and stop the loop.
+  void shut_down();
+  void wait_for_sessions();
+
+  const ServeOptions& options_;
+  ServePlan plan_;
+  Logger& logger_;
+  server::Metrics metrics_;  // before the loop: sessions it still holds count their end
+  std::optional<PidFile> pid_file_;
+  // Without --upstream, pgrelay serves a private PostgreSQL of its own. It stops last, once
+  // nothing of pgrelay uses it.
+  std::unique_ptr<upstream::EmbeddedPostgres> embedded_;
+  upstream::UpstreamConfig upstream_;
+  std::unique_ptr<log::SlotRegistry> slots_;
+  Loop io_;
+  asio::thread_pool blocking_{4};
+  std::unique_ptr<DatabaseCaptures> captures_;
+  std::unique_ptr<server::ReplicationHubs> hubs_;
+  std::unique_ptr<asio::ssl::context> server_tls_;
+  std::unique_ptr<asio::ssl::context> upstream_tls_;
+  server::SqlRewriter rewriter_;
+  server::ServerContext context_;
+  std::unique_ptr<server::Server> server_;
+  std::unique_ptr<server::MetricsEndpoint> metrics_endpoint_;
+  asio::signal_set signals_{io_, SIGINT, SIGTERM};
+  asio::steady_timer shutdown_timer_{io_};
+  std::chrono::steady_clock::time_point shutdown_deadline_ =
+      std::chrono::steady_clock::time_point::max();
+  int port_ = 0;  // where the listener bound
+};
+
+}  // namespace pgrelay::cli

@@ -1,0 +1,148 @@
+// What `pgrelay serve`'s options ask for, checked before any part starts.
+#include "cli/serve_plan.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "server/metrics_endpoint.h"
+#include "wire/scram.h"
+
+namespace pgrelay::cli {
+
+namespace {
+
+Result<std::pair<std::string, int>> parse_listen(const std::string& text) {
+  auto colon = text.rfind(':');
+  std::string host = colon == std::string::npos ? text : text.substr(0, colon);
+  std::string port_text = colon == std::string::npos ? "5433" : text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  try {
+    port = std::stoi(port_text);
+  } catch (...) {
+    port = -1;
+  }
+  if (host.empty() || port <= 0 || port > 65535) {
+    return Error::make(sqlstate::kInvalidParameterValue, "invalid --listen value \"" + text + "\"",
+                       "Use HOST:PORT, e.g. 127.0.0.1:5433.");
+  }
+  return std::make_pair(host, port);
+}
+
+// One user, "NAME SECRET [replication]", SECRET as pg_authid holds it (SCRAM-SHA-256$... or
+// md5...); `where` names the line for errors. An empty or comment line gives nullopt.
+Result<std::optional<server::User>> parse_user_line(std::string line, const std::string& where) {
+  if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+  std::istringstream fields(line);
+  server::User user;
+  std::string flag, extra;
+  if (!(fields >> user.name)) return std::optional<server::User>();
+  fields >> user.secret >> flag >> extra;
+  bool secret_ok = user.secret.rfind("SCRAM-SHA-256$", 0) == 0 || user.secret.rfind("md5", 0) == 0;
+  if (user.secret.empty() || !secret_ok || (!flag.empty() && flag != "replication") ||
+      !extra.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       where + ": expected NAME SECRET [replication]",
+                       "SECRET is a SCRAM-SHA-256 or md5 secret; make one with "
+                       "`pgrelay hash-password`. Passwords never appear in pgrelay's settings.");
+  }
+  if (user.secret.rfind("SCRAM-SHA-256$", 0) == 0 &&
+      !wire::ScramVerifier::parse(user.secret).ok()) {
+    return Error::make(sqlstate::kInvalidParameterValue, where + ": invalid SCRAM secret",
+                       "Make one with `pgrelay hash-password`.");
+  }
+  user.replication = flag == "replication";
+  return std::optional<server::User>(std::move(user));
+}
+
+// pgrelay's own users: the lines of the users file, then --user entries.
+Result<std::vector<server::User>> read_users(const ServeOptions& options) {
+  std::vector<server::User> users;
+  auto add = [&](const std::string& line, const std::string& where) -> Status {
+    auto user = parse_user_line(line, where);
+    if (!user.ok()) return user.error();
+    if (*user) users.push_back(std::move(**user));
+    return Status::ok_status();
+  };
+  if (!options.users_file.empty()) {
+    std::ifstream in(options.users_file);
+    if (!in) {
+      return Error::make(sqlstate::kIoError,
+                         "could not open users file \"" + options.users_file + "\"",
+                         "Check --users; create lines with `pgrelay hash-password`.");
+    }
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      PGRELAY_TRY(add(line, options.users_file + ":" + std::to_string(number)));
+    }
+  }
+  for (const auto& entry : options.users) PGRELAY_TRY(add(entry, "--user"));
+  return users;
+}
+
+// One --auth rule, "ADDRESS/PREFIX=METHOD".
+Result<server::AuthRule> parse_auth_rule(const std::string& rule) {
+  auto eq = rule.find('=');
+  if (eq == std::string::npos) {
+    return Error::make(sqlstate::kInvalidParameterValue, "invalid --auth rule \"" + rule + "\"",
+                       "Use ADDRESS/PREFIX=METHOD.");
+  }
+  auto network = server::parse_auth_network(rule.substr(0, eq));
+  if (!network.ok()) return network.error();
+  auto method = server::parse_auth_method(rule.substr(eq + 1));
+  if (!method.ok()) return method.error();
+  return server::AuthRule{*network, *method};
+}
+
+// Whether a rule's network holds only loopback addresses (IPv4 ones are held v4-mapped).
+bool loopback_network(const asio::ip::network_v6& network) {
+  const asio::ip::address_v6 address = network.address();
+  if (address.is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, address).is_loopback() &&
+           network.prefix_length() >= 104;  // within 127.0.0.0/8
+  }
+  return address.is_loopback() && network.prefix_length() == 128;
+}
+
+}  // namespace
+
+Result<ServePlan> plan_serve(const ServeOptions& options) {
+  ServePlan plan;
+  auto listen = parse_listen(options.listen);
+  if (!listen.ok()) return listen.error();
+  plan.listen = *listen;
+  if (!options.upstream.empty() && !options.databases.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "--database creates databases in pgrelay's private PostgreSQL only",
+                       "Create them on the upstream yourself (CREATE DATABASE), or drop "
+                       "--upstream to use the private instance.");
+  }
+  if (!options.upstream.empty()) {
+    auto upstream = upstream::UpstreamConfig::parse(options.upstream);
+    if (!upstream.ok()) return upstream.error();
+    plan.upstream = std::move(*upstream);
+  }
+  if (!options.users_file.empty() || !options.users.empty()) {
+    auto users = read_users(options);
+    if (!users.ok()) return users.error();
+    plan.users = std::move(*users);
+  }
+  for (const auto& text : options.auth_rules) {
+    auto rule = parse_auth_rule(text);
+    if (!rule.ok()) return rule.error();
+    if (rule->method == server::AuthMethod::kTrust && !loopback_network(rule->network)) {
+      plan.trusting_rules.push_back(text);
+    }
+    plan.auth_rules.insert(plan.auth_rules.begin(), *rule);
+  }
+  if (!options.metrics.empty()) {
+    auto address = server::parse_metrics_address(options.metrics);
+    if (!address.ok()) return address.error();
+    plan.metrics = *address;
+  }
+  return plan;
+}
+
+}  // namespace pgrelay::cli

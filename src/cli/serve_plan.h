@@ -1,0 +1,32 @@
+// What `pgrelay serve`'s options ask for, checked before any part starts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "cli/serve_command.h"
+#include "server/auth.h"
+#include "upstream/upstream_config.h"
+
+namespace pgrelay::cli {
+
+struct ServePlan {
+  // --upstream, parsed; nullopt: pgrelay's private PostgreSQL, whose address comes once it runs.
+  std::optional<upstream::UpstreamConfig> upstream;
+  std::pair<std::string, int> listen;                  // host, port
+  std::optional<std::pair<std::string, int>> metrics;  // --metrics; nullopt: off
+  // pgrelay's own users (--users, --user); nullopt: the upstream's user and password.
+  std::optional<std::vector<server::User>> users;
+  // --auth rules, in the order they apply (the last given first).
+  std::vector<server::AuthRule> auth_rules;
+  // --auth rules that trust a network beyond loopback, to warn about.
+  std::vector<std::string> trusting_rules;
+};
+
+// Every error here is the options' (exit status 2): nothing has started yet.
+Result<ServePlan> plan_serve(const ServeOptions& options);
+
+}  // namespace pgrelay::cli

@@ -1,0 +1,118 @@
+// Tests that `pgrelay serve` checks its options before anything starts, and what each error says.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "../unit/log_test_util.h"
+#include "cli/serve_plan.h"
+#include "wire/scram.h"
+
+namespace pgrelay::cli {
+namespace {
+
+Error plan_error(const ServeOptions& options) {
+  auto plan = plan_serve(options);
+  EXPECT_FALSE(plan.ok());
+  return plan.ok() ? Error{} : plan.error();
+}
+
+TEST(ServePlan, TheDefaultsPlanTheLoopbackListenerWithoutMetrics) {
+  auto plan = plan_serve(ServeOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->listen, std::make_pair(std::string("127.0.0.1"), 5433));
+  EXPECT_FALSE(plan->metrics.has_value());
+  EXPECT_FALSE(plan->upstream.has_value());  // the private PostgreSQL
+  EXPECT_FALSE(plan->users.has_value());     // the upstream's user
+  EXPECT_TRUE(plan->auth_rules.empty());
+}
+
+TEST(ServePlan, ReadsTheUpstreamUsersRulesAndMetricsAddress) {
+  ServeOptions options;
+  options.listen = "[::1]:6000";
+  options.upstream = "postgres://app@db.example:5432/shop";
+  auto secret = wire::ScramVerifier::from_password("a password");
+  ASSERT_TRUE(secret.ok());
+  options.users = {"alice " + secret->to_string() + " replication", "# a comment"};
+  options.auth_rules = {"10.0.0.0/8=scram-sha-256", "192.168.0.0/16=trust", "127.0.0.1/32=trust",
+                        "::1/128=trust"};
+  options.metrics = "127.0.0.1:9187";
+  auto plan = plan_serve(options);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->listen, std::make_pair(std::string("::1"), 6000));
+  ASSERT_TRUE(plan->upstream.has_value());
+  EXPECT_EQ(plan->upstream->dbname, "shop");
+  ASSERT_TRUE(plan->users.has_value());
+  ASSERT_EQ(plan->users->size(), 1u);
+  EXPECT_EQ((*plan->users)[0].name, "alice");
+  EXPECT_TRUE((*plan->users)[0].replication);
+  // The last rule given applies first; trust beyond loopback is noted for a warning.
+  ASSERT_EQ(plan->auth_rules.size(), 4u);
+  EXPECT_EQ(plan->auth_rules[3].method, server::AuthMethod::kScram);
+  EXPECT_EQ(plan->trusting_rules, std::vector<std::string>{"192.168.0.0/16=trust"});
+  EXPECT_EQ(plan->metrics, std::make_optional(std::make_pair(std::string("127.0.0.1"), 9187)));
+}
+
+TEST(ServePlan, EachBadOptionIsNamedWithItsFix) {
+  ServeOptions listen;
+  listen.listen = "localhost:99999";
+  Error e = plan_error(listen);
+  EXPECT_EQ(e.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(e.message.find("--listen"), std::string::npos) << e.message;
+  EXPECT_NE(e.hint.find("HOST:PORT"), std::string::npos);
+
+  ServeOptions both;
+  both.upstream = "postgres://app@db.example/shop";
+  both.databases = {"extra"};
+  e = plan_error(both);
+  EXPECT_NE(e.message.find("--database"), std::string::npos) << e.message;
+  EXPECT_NE(e.hint.find("CREATE DATABASE"), std::string::npos);
+
+  ServeOptions user;
+  user.users = {"bob plaintext-password"};
+  e = plan_error(user);
+  EXPECT_NE(e.message.find("--user"), std::string::npos) << e.message;
+  EXPECT_NE(e.hint.find("hash-password"), std::string::npos);
+  EXPECT_EQ(e.message.find("plaintext-password"), std::string::npos);  // never repeated back
+
+  ServeOptions rule;
+  rule.auth_rules = {"10.0.0.0/8"};
+  e = plan_error(rule);
+  EXPECT_NE(e.message.find("--auth rule"), std::string::npos) << e.message;
+  EXPECT_NE(e.hint.find("ADDRESS/PREFIX=METHOD"), std::string::npos);
+
+  ServeOptions method;
+  method.auth_rules = {"10.0.0.0/8=kerberos"};
+  EXPECT_FALSE(plan_serve(method).ok());
+
+  ServeOptions metrics;
+  metrics.metrics = "nowhere";
+  EXPECT_FALSE(plan_serve(metrics).ok());
+
+  ServeOptions file;
+  file.users_file = "/nonexistent/users";
+  e = plan_error(file);
+  EXPECT_NE(e.message.find("/nonexistent/users"), std::string::npos) << e.message;
+}
+
+TEST(ServeCommand, ABadOptionEndsItWithStatusTwoBeforeAnythingStarts) {
+  log::testing::TempDir dir;
+  const std::string data_dir = dir.path() + "/data";
+  const std::string cmd = std::string(PGRELAY_BINARY) + " serve --data-dir " + data_dir +
+                          " --metrics nowhere >/dev/null 2>" + dir.path() + "/stderr.txt";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  // No private PostgreSQL was made, no pid file taken: the options were checked first.
+  EXPECT_FALSE(std::filesystem::exists(data_dir));
+  std::ifstream err(dir.path() + "/stderr.txt");
+  const std::string text((std::istreambuf_iterator<char>(err)), {});
+  EXPECT_NE(text.find("metrics"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace pgrelay::cli
