@@ -219,6 +219,14 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
                        "Use at least 4096 bytes; the default is 64 MiB.");
   }
   std::unique_ptr<ChangeLog> log(new ChangeLog(std::move(options)));
+  auto open_marks = [](ChangeLog& opened) -> Status {
+    const LogOptions& o = opened.options_;
+    auto marks = MarkFile::open(o.dir, opened.last_end_lsn_, opened.manifest_.removed_through,
+                                o.read_only, !o.read_only && o.sync != SyncPolicy::kNone);
+    if (!marks.ok()) return marks.error();
+    opened.marks_ = std::move(*marks);
+    return {};
+  };
   if (log->options_.read_only) {
     if (!path_exists(log->options_.dir + "/" + kManifestName)) {
       return Error::make(sqlstate::kUndefinedObject,
@@ -226,10 +234,7 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
                          "Check the --data-dir option: it names the directory pgrelay serve uses.");
     }
     PGRELAY_TRY(log->recover());
-    auto marks = MarkFile::open(log->options_.dir, log->last_end_lsn_,
-                                log->manifest_.removed_through, /*read_only=*/true, false);
-    if (!marks.ok()) return marks.take_error();
-    log->marks_ = std::move(*marks);
+    PGRELAY_TRY(open_marks(*log));
     return log;
   }
   PGRELAY_TRY(ensure_directory(log->options_.dir));
@@ -248,10 +253,7 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   } else {
     PGRELAY_TRY(log->create_fresh());
   }
-  auto marks = MarkFile::open(log->options_.dir, log->last_end_lsn_, log->manifest_.removed_through,
-                              /*read_only=*/false, log->options_.sync != SyncPolicy::kNone);
-  if (!marks.ok()) return marks.take_error();
-  log->marks_ = std::move(*marks);
+  PGRELAY_TRY(open_marks(*log));
   if (log->options_.sync != SyncPolicy::kNone) {
     log->sync_thread_ = std::thread([raw = log.get()] { raw->sync_loop(); });
   }

@@ -17,19 +17,23 @@ constexpr char kMarksMagic[8] = {'P', 'G', 'R', 'L', 'M', 'R', 'K', '1'};
 constexpr std::size_t kHeaderSize = 20;
 constexpr std::size_t kRecordSize = 12;
 
-Bytes encode_header(Lsn unmarked_through) {
-  ByteWriter out;
-  out.raw(ByteView(reinterpret_cast<const std::uint8_t*>(kMarksMagic), sizeof kMarksMagic));
-  out.u64(unmarked_through.value());
-  out.u32(crc32c(out.bytes()));
-  return std::move(out).take();
-}
-
 void encode_record(Lsn lsn, ByteWriter& out) {
   ByteWriter value;
   value.u64(lsn.value());
   out.raw(value.bytes());
   out.u32(crc32c(value.bytes()));
+}
+
+// A whole marks file: its header, then a record per LSN.
+Bytes encode_file(Lsn unmarked_through, const std::vector<Lsn>& lsns) {
+  ByteWriter header;
+  header.raw(std::string_view(kMarksMagic, sizeof kMarksMagic));
+  header.u64(unmarked_through.value());
+  ByteWriter out;
+  out.raw(header.bytes());
+  out.u32(crc32c(header.bytes()));
+  for (Lsn lsn : lsns) encode_record(lsn, out);
+  return std::move(out).take();
 }
 
 Error marks_error(const std::string& path, const std::string& why) {
@@ -50,7 +54,7 @@ Result<MarkFile> MarkFile::open(const std::string& dir, Lsn log_end, Lsn removed
     marks.unmarked_through_ = log_end;
     if (read_only) return marks;
     // Made whole or not at all, so that a crash never leaves a file without its header.
-    PGRELAY_TRY(write_file_atomically(dir, kMarksName, encode_header(log_end)));
+    PGRELAY_TRY(write_file_atomically(dir, kMarksName, encode_file(log_end, {})));
   }
   auto whole = marks.load();
   if (!whole.ok()) return whole.take_error();
@@ -62,10 +66,8 @@ Result<MarkFile> MarkFile::open(const std::string& dir, Lsn log_end, Lsn removed
       marks.unmarked_through_.is_valid() && removed(marks.unmarked_through_);
   if (stale_unmarked || std::any_of(marks.lsns_.begin(), marks.lsns_.end(), removed)) {
     std::erase_if(marks.lsns_, removed);
-    ByteWriter out;
-    out.raw(encode_header(stale_unmarked ? Lsn::invalid() : marks.unmarked_through_));
-    for (Lsn lsn : marks.lsns_) encode_record(lsn, out);
-    PGRELAY_TRY(write_file_atomically(dir, kMarksName, out.bytes()));
+    const Lsn unmarked = stale_unmarked ? Lsn::invalid() : marks.unmarked_through_;
+    PGRELAY_TRY(write_file_atomically(dir, kMarksName, encode_file(unmarked, marks.lsns_)));
     whole = marks.load();
     if (!whole.ok()) return whole.take_error();
   }
