@@ -28,7 +28,7 @@ import time
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from e2e_support import Env, expect, expect_eq, main, wait_until
+from e2e_support import CheckFailed, Env, expect, expect_eq, main, wait_until
 from pgoutput_decode import decode_message
 
 CONF = ("wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
@@ -44,7 +44,8 @@ class Consumer:
     transaction (a subtransaction's Stream Abort drops from its first change on, as worker.c
     truncates its file), whole transactions as they come."""
 
-    def __init__(self, url, slot, options):
+    def __init__(self, name, url, slot, options):
+        self.name = name
         self.conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
         self.cur = self.conn.cursor()
         self.cur.start_replication(slot_name=slot, decode=False, status_interval=1, options=options)
@@ -61,17 +62,9 @@ class Consumer:
         return sum(1 for _, m in self.streams.get(xid, []) if m["tag"] == "I"
                    and (key_from is None or int(m["new"][0]) >= key_from))
 
-    def pump(self, until, timeout, what):
-        deadline = time.monotonic() + timeout
-        while not until():
-            expect(time.monotonic() < deadline, "timed out after %ss waiting for %s (committed %d, streams %r, "
-                   "aborts %r)" % (timeout, what, len(self.committed),
-                                   {x: len(v) for x, v in self.streams.items()}, self.aborts))
-            msg = self.cur.read_message()
-            if msg is None:
-                select.select([self.cur], [], [], 0.2)
-                continue
-            self.take(msg)
+    def state(self):
+        return "%s: committed %d, streams %r, aborts %r" % (
+            self.name, len(self.committed), {x: len(v) for x, v in self.streams.items()}, self.aborts)
 
     def take(self, msg):
         m = decode_message(msg.payload, in_stream=self.in_block is not None)
@@ -124,6 +117,27 @@ class Consumer:
             pass
 
 
+def pump(consumers, until, timeout, what):
+    """Reads every one of `consumers` until `until()` holds. All of them are read all along, not
+    one after another: a server (Postgres or pgrelay) ends a walsender whose consumer sends no
+    status for wal_sender_timeout (60 s), and psycopg2 sends it only while it reads."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        expect(time.monotonic() < deadline, "timed out after %ss waiting for %s (%s)"
+               % (timeout, what, "; ".join(c.state() for c in consumers)))
+        idle = True
+        for c in consumers:
+            try:
+                msg = c.cur.read_message()
+            except psycopg2.Error as e:
+                raise CheckFailed("%s: the replication stream failed: %s" % (c.name, e)) from e
+            if msg is not None:
+                c.take(msg)
+                idle = False
+        if idle:
+            select.select([c.cur for c in consumers], [], [], 0.2)
+
+
 def rows_of(messages):
     """The inserted rows' (id, length of v), in order."""
     return [(int(m["new"][0]), len(m["new"][1] or "")) for m in messages if m["tag"] == "I"]
@@ -153,7 +167,8 @@ class Case:
 
     def consumer(self, options=STREAM_OPTIONS, native=False, slot=None):
         slot = slot or self.slot(native)
-        return slot, Consumer(self.env.upstream_url(DB) if native else self.relay.url, slot, options)
+        name = "native" if native else "ours (%s)" % slot
+        return slot, Consumer(name, self.env.upstream_url(DB) if native else self.relay.url, slot, options)
 
     def writer(self):
         conn = psycopg2.connect(self.env.upstream_url(DB))
@@ -178,15 +193,16 @@ class Case:
         try:
             conn, cur, xid = self.writer()
             self.insert(cur, 1, 40000)
-            ours.pump(lambda: ours.streamed_rows(xid) >= 10000, 120, "10,000 rows streamed before the commit")
+            pump((ours, whole, native), lambda: ours.streamed_rows(xid) >= 10000, 120,
+                 "10,000 rows streamed before the commit")
             before = ours.streamed_rows(xid)
             expect(not ours.committed and not whole.committed, "nothing committed before the commit")
             expect_eq(ours.starts[0], (xid, 1), "the first Stream Start: the upstream's xid, first segment")
             expect(all(x == xid for x, _ in ours.streams[xid]), "every streamed change names the transaction")
             conn.commit()
             conn.close()
-            for c in (ours, whole, native):
-                c.pump(lambda c=c: c.committed, 120, "the commit")
+            pump((ours, whole, native), lambda: ours.committed and whole.committed and native.committed, 120,
+                 "the commit")
             got = self.one_committed(ours, "ours")
             theirs = self.one_committed(native, "native")
             plain = self.one_committed(whole, "proto 1")
@@ -211,15 +227,14 @@ class Case:
             self.insert(cur, 100001, 120000)
             cur.execute("SAVEPOINT s")
             self.insert(cur, 130001, 160000)
-            ours.pump(lambda: ours.streamed_rows(xid, 130001) >= 1000, 120, "rows of the savepoint streamed")
+            pump((ours, native), lambda: ours.streamed_rows(xid, 130001) >= 1000, 120, "rows of the savepoint streamed")
             sub = next(x for x, m in ours.streams[xid] if m["tag"] == "I" and int(m["new"][0]) >= 130001)
             expect(sub != xid, "the savepoint's rows name its subtransaction", got=sub)
             cur.execute("ROLLBACK TO SAVEPOINT s")
             self.insert(cur, 170001, 180000)
             conn.commit()
             conn.close()
-            for c in (ours, native):
-                c.pump(lambda c=c: c.committed, 120, "the commit")
+            pump((ours, native), lambda: ours.committed and native.committed, 120, "the commit")
             expect_eq(ours.aborts, [(xid, sub)], "Stream Abort of the subtransaction")
             got = self.one_committed(ours, "ours")
             theirs = self.one_committed(native, "native")
@@ -235,11 +250,11 @@ class Case:
         try:
             conn, cur, xid = self.writer()
             self.insert(cur, 200001, 240000)
-            ours.pump(lambda: ours.streamed_rows(xid) >= 1000, 120, "rows streamed")
+            pump((ours,), lambda: ours.streamed_rows(xid) >= 1000, 120, "rows streamed")
             conn.rollback()
             conn.close()
             self.env.db_query(DB, "INSERT INTO big VALUES (1000001, 'after')")
-            ours.pump(lambda: ours.committed, 120, "the next transaction")
+            pump((ours,), lambda: ours.committed, 120, "the next transaction")
             expect_eq(ours.aborts, [(xid, xid)], "Stream Abort of the whole transaction")
             got = self.one_committed(ours, "ours")
             expect_eq((got[1], rows_of(got[2])), ("whole", [(1000001, 5)]), "only the next transaction, whole")
@@ -252,15 +267,14 @@ class Case:
         try:
             conn, cur, xid = self.writer()
             self.insert(cur, 700001, 740000)
-            ours.pump(lambda: ours.streamed_rows(xid) >= 1000, 120, "rows streamed")
+            pump((ours, native), lambda: ours.streamed_rows(xid) >= 1000, 120, "rows streamed")
             cur.execute("CREATE TABLE added (id int PRIMARY KEY, v text)")
             cur.execute("ALTER PUBLICATION bigpub ADD TABLE added")
             cur.execute("INSERT INTO added VALUES (1, 'one'), (2, 'two')")
             self.insert(cur, 740001, 741000)
             conn.commit()
             conn.close()
-            for c in (ours, native):
-                c.pump(lambda c=c: c.committed, 120, "the commit")
+            pump((ours, native), lambda: ours.committed and native.committed, 120, "the commit")
             expect_eq(ours.aborts, [(xid, xid)], "the stream aborted where the publications changed")
             got = self.one_committed(ours, "ours")
             theirs = self.one_committed(native, "native")
@@ -279,7 +293,7 @@ class Case:
         conn, cur, xid = self.writer()
         self.insert(cur, 300001, 340000)
         try:
-            ours.pump(lambda: ours.streamed_rows(xid) >= 5000, 120, "rows streamed")
+            pump((ours,), lambda: ours.streamed_rows(xid) >= 5000, 120, "rows streamed")
         finally:
             ours.close()
         pid = self.relay.proc.pid
@@ -292,11 +306,11 @@ class Case:
         conn.close()
         _, again = self.consumer(slot=slot)
         try:
-            again.pump(lambda: again.committed, 180, "the transaction after the restart")
+            pump((again,), lambda: again.committed, 180, "the transaction after the restart")
             got = self.one_committed(again, "after the restart")
             expect_eq(rows_of(got[2]), [(i, ROW) for i in range(300001, 350001)], "every row once, in order")
             quiet_until = time.monotonic() + 3  # a second copy would follow at once
-            again.pump(lambda: time.monotonic() >= quiet_until, 10, "three quiet seconds")
+            pump((again,), lambda: time.monotonic() >= quiet_until, 10, "three quiet seconds")
             expect_eq(again.committed, [], "transactions after the whole one (a second copy)")
         finally:
             again.close()
@@ -312,7 +326,7 @@ class Case:
             cur.execute("SELECT pg_replication_origin_session_reset()")
             conn.commit()
             conn.close()
-            ours.pump(lambda: ours.committed, 120, "the transaction")
+            pump((ours,), lambda: ours.committed, 120, "the transaction")
             got = self.one_committed(ours, "ours")
             expect_eq((got[:2], len(rows_of(got[2]))), ((xid, "stream"), 40000), "streamed, every row")
             expect_eq(ours.origins, ["elsewhere"], "the Origin message of its first block")
