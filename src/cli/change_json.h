@@ -8,16 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/pg_time.h"
 #include "log/format.h"
 #include "log/transaction.h"
 
 namespace pgrelay::cli {
-
-// "2026-11-29T23:31:28.123456Z" from microseconds since 2000-01-01.
-std::string format_pg_time(std::int64_t pg_micros);
-// Parses "YYYY-MM-DD[ T]HH:MM:SS[.ffffff][Z|+HH[:MM]|-HH[:MM]]" (UTC when no zone is given)
-// into microseconds since 2000-01-01.
-std::optional<std::int64_t> parse_pg_time(const std::string& text);
 
 nlohmann::json entry_begin_json(const log::EntryMeta& meta);
 nlohmann::json entry_commit_json(const log::EntryMeta& meta);

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "cli/recv_connection.h"
-#include "cli/recv_json.h"
 #include "pgoutput/decoder.h"
+#include "pgoutput/message_json.h"
 #include "wire/replication_frames.h"
 
 namespace pgrelay::cli {
@@ -31,7 +31,7 @@ constexpr std::chrono::seconds kFinalKeepaliveTimeout{2};
 // Output buffered beyond this is written out without waiting for the socket to run dry.
 constexpr std::size_t kWriteOutBytes = 1u << 20;
 
-class DecoderRelations final : public RelationLookup {
+class DecoderRelations final : public pgoutput::RelationLookup {
  public:
   explicit DecoderRelations(const pgoutput::Decoder& decoder) : decoder_(decoder) {}
   const pgoutput::Relation* find(pgoutput::Oid oid) const override {
@@ -88,7 +88,7 @@ class Streamer {
   std::ostream& log_;
   pgoutput::Decoder decoder_;
   DecoderRelations relations_;
-  std::optional<TransactionInfo> txn_;  // between Begin and Commit
+  std::optional<pgoutput::TransactionInfo> txn_;  // between Begin and Commit
   // Everything the server sent up to here is in `output_` as whole units (so, after a sync,
   // durable): the end of the last Commit, non-transactional message, or a keepalive's walEnd
   // received between transactions.
@@ -189,7 +189,7 @@ Status Streamer::on_xlog(const wire::XLogData& xlog) {
 
   if (const auto* begin = std::get_if<pgoutput::Begin>(&message)) {
     if (txn_) return Error::protocol("BEGIN inside a transaction that did not commit");
-    txn_ = TransactionInfo{begin->xid, begin->commit_time};
+    txn_ = pgoutput::TransactionInfo{begin->xid, begin->commit_time};
     return {};
   }
   if (const auto* commit = std::get_if<pgoutput::Commit>(&message)) {
@@ -224,7 +224,8 @@ Status Streamer::on_xlog(const wire::XLogData& xlog) {
   }
   if (options_.format == RecvFormat::kJson) {
     scratch_.clear();
-    append_json_lines(message, xlog.wal_start, txn_ ? &*txn_ : nullptr, relations_, scratch_);
+    pgoutput::append_json_lines(message, xlog.wal_start, txn_ ? &*txn_ : nullptr, relations_,
+                                scratch_);
     output_.append(scratch_);
   }
   const auto* logical = std::get_if<pgoutput::LogicalMessage>(&message);

@@ -31,6 +31,27 @@ std::string url_encode(std::string_view text) {
 }
 
 // The values /metrics reads at scrape time beside the server's own counters.
+void publish_nats_metrics(server::MetricWriter& out, const nats::PublisherFigures& figures,
+                          const std::string& stream) {
+  const server::MetricLabels labels = {{"stream", stream}};
+  out.gauge({"pgrelay_nats_lag_bytes", "Log bytes not yet stored in the JetStream stream"}, labels,
+            static_cast<double>(figures.lag_bytes));
+  out.counter({"pgrelay_nats_published_total", "Messages the JetStream stream acknowledged"},
+              labels, static_cast<double>(figures.published_messages));
+  out.counter({"pgrelay_nats_published_transactions_total",
+               "Transactions the JetStream stream holds whole since the start"},
+              labels, static_cast<double>(figures.published_transactions));
+  out.gauge({"pgrelay_nats_published_lsn", "Commit LSN of the last transaction published whole"},
+            labels, static_cast<double>(figures.published_commit_lsn.value()));
+  for (const char* reason : {"connection", "publish", "ack_timeout", "wrong_last_sequence",
+                             "duplicate", "stream_full", "message_too_large", "no_responders"}) {
+    auto it = figures.errors.find(reason);
+    out.counter({"pgrelay_nats_errors_total", "NATS publishing failures, by reason"},
+                {{"stream", stream}, {"reason", reason}},
+                it == figures.errors.end() ? 0.0 : static_cast<double>(it->second));
+  }
+}
+
 void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures,
                      server::ReplicationHubs& hubs) {
   std::map<std::string, wire::Lsn> heads;
@@ -88,6 +109,7 @@ Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePl
   PGRELAY_TRY(relay->start_upstream());
   PGRELAY_TRY(relay->open_slots());
   PGRELAY_TRY(relay->start_captures());
+  PGRELAY_TRY(relay->start_publisher());
   PGRELAY_TRY(relay->configure_sessions());
   PGRELAY_TRY(relay->install_catalog());
   PGRELAY_TRY(relay->start_listener());
@@ -166,6 +188,30 @@ Status Relay::start_captures() {
           "could not capture a database captured before",
           {{"database", database}, {"error", other.error().message}, {"hint", other.error().hint}});
     }
+  }
+  return {};
+}
+
+Status Relay::start_publisher() {
+  if (!plan_.nats) return {};
+  server::ReplicationHub* hub = hubs_->find(upstream_.dbname);
+  if (hub == nullptr) {
+    return Error::make(sqlstate::kInternalError, "the upstream URL's database is not captured");
+  }
+  nats::PublisherOptions options = *plan_.nats;
+  options.database = upstream_.dbname;
+  publisher_ = std::make_unique<nats::Publisher>(std::move(options), hub->log(), logger_);
+  publisher_->start();
+  logger_.info("publishing the change log to NATS JetStream",
+               {{"servers", nats::redact_urls(plan_.nats->connect.urls)},
+                {"stream", plan_.nats->stream},
+                {"subjects", plan_.nats->subject_prefix + "." + upstream_.dbname + ".>"}});
+  if (hubs_->captured().size() > 1) {
+    logger_.warning("only the upstream URL's database is published to NATS",
+                    {{"database", upstream_.dbname},
+                     {"hint",
+                      "Other captured databases are served to replication sessions but "
+                      "not published; run one pgrelay per database to publish each."}});
   }
   return {};
 }
@@ -258,8 +304,10 @@ Status Relay::start_listener() {
 
 Status Relay::start_metrics() {
   // Scrape-time values for /metrics (on the io thread).
-  metrics_.add_collector(
-      [this](server::MetricWriter& out) { publish_metrics(out, *captures_, *hubs_); });
+  metrics_.add_collector([this](server::MetricWriter& out) {
+    publish_metrics(out, *captures_, *hubs_);
+    if (publisher_) publish_nats_metrics(out, publisher_->figures(), options_.nats_stream);
+  });
   if (!plan_.metrics) return {};
   metrics_endpoint_ =
       std::make_unique<server::MetricsEndpoint>(io_, [this] { return metrics_.render(); });

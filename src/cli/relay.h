@@ -15,6 +15,7 @@
 #include "cli/serve_command.h"
 #include "cli/serve_plan.h"
 #include "log/slots.h"
+#include "nats/publisher.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
 #include "server/replication_hubs.h"
@@ -56,6 +57,7 @@ class Relay {
   Status start_upstream();
   Status open_slots();
   Status start_captures();
+  Status start_publisher();
   Status configure_sessions();
   Status install_catalog();
   Status start_listener();
@@ -83,6 +85,8 @@ class Relay {
   asio::thread_pool blocking_{4};
   std::unique_ptr<DatabaseCaptures> captures_;
   std::unique_ptr<server::ReplicationHubs> hubs_;
+  // --nats: publishes the URL's database's log, which the hubs hold.
+  std::unique_ptr<nats::Publisher> publisher_;
   std::unique_ptr<asio::ssl::context> server_tls_;
   std::unique_ptr<asio::ssl::context> upstream_tls_;
   server::SqlRewriter rewriter_;

@@ -199,6 +199,57 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
                       "(off by default): capture rate, log size, slot lag, connections, errors"),
       "PGRELAY_METRICS");
+  const char* nats_group = "NATS JetStream (publishing the change log)";
+  env(cmd->add_option("--nats", options->nats,
+                      "Publish every committed transaction of the log to JetStream on these\n"
+                      "NATS servers (nats://HOST:PORT or tls://HOST:PORT, comma-separated),\n"
+                      "exactly once and in commit order: one JSON message per row change on\n"
+                      "PREFIX.DATABASE.SCHEMA.TABLE, and each transaction's log entry on\n"
+                      "PREFIX.DATABASE._tx. Off by default. NATS being down never stops capture.")
+          ->delimiter(',')
+          ->group(nats_group),
+      "PGRELAY_NATS");
+  env(cmd->add_option("--nats-stream", options->nats_stream,
+                      "The JetStream stream; created if missing (file storage, up to 3\n"
+                      "replicas, a 2-minute duplicate window)")
+          ->capture_default_str()
+          ->group(nats_group),
+      "PGRELAY_NATS_STREAM");
+  env(cmd->add_option("--nats-subject-prefix", options->nats_subject_prefix,
+                      "The first token(s) of every subject pgrelay publishes on")
+          ->capture_default_str()
+          ->group(nats_group),
+      "PGRELAY_NATS_SUBJECT_PREFIX");
+  env(cmd->add_option("--nats-user", options->nats_user, "NATS user (or in the URL)")
+          ->group(nats_group),
+      "PGRELAY_NATS_USER");
+  env(cmd->add_option("--nats-password", options->nats_password,
+                      "NATS password; better in PGRELAY_NATS_PASSWORD, which ps does not show")
+          ->group(nats_group),
+      "PGRELAY_NATS_PASSWORD");
+  env(cmd->add_option("--nats-token", options->nats_token,
+                      "NATS authentication token; better in PGRELAY_NATS_TOKEN")
+          ->group(nats_group),
+      "PGRELAY_NATS_TOKEN");
+  env(cmd->add_option("--nats-creds", options->nats_creds,
+                      "A NATS .creds file (user JWT and NKey seed)")
+          ->group(nats_group),
+      "PGRELAY_NATS_CREDS");
+  env(cmd->add_option("--nats-nkey", options->nats_nkey,
+                      "NKey authentication: PUBLIC_KEY:SEED_FILE")
+          ->group(nats_group),
+      "PGRELAY_NATS_NKEY");
+  env(cmd->add_option("--nats-tls-ca", options->nats_tls_ca,
+                      "TLS to NATS, the servers checked against this CA (PEM)")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_CA");
+  env(cmd->add_option("--nats-tls-cert", options->nats_tls_cert,
+                      "Client certificate (PEM) for NATS servers that ask for one")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_CERT");
+  env(cmd->add_option("--nats-tls-key", options->nats_tls_key, "Its private key (PEM)")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_KEY");
   return {cmd, [options] { return run_serve(*options); }};
 }
 

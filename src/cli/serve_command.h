@@ -38,6 +38,18 @@ struct ServeOptions {
   std::string log_level = "info";
   std::string log_format = "text";
   std::string metrics;  // HOST:PORT of the /metrics endpoint; empty: off
+  // Publishing the change log to NATS JetStream: the servers' URLs; empty: off.
+  std::vector<std::string> nats;
+  std::string nats_stream = "PGRELAY";
+  std::string nats_subject_prefix = "pgrelay";
+  std::string nats_user;
+  std::string nats_password;  // best from PGRELAY_NATS_PASSWORD: a command line is visible
+  std::string nats_token;     // likewise PGRELAY_NATS_TOKEN
+  std::string nats_creds;
+  std::string nats_nkey;  // "PUBLIC_KEY:SEED_FILE"
+  std::string nats_tls_ca;
+  std::string nats_tls_cert;
+  std::string nats_tls_key;
 };
 
 // `pgrelay serve` (and `pgrelay` alone: serve a private PostgreSQL) and

@@ -1,6 +1,10 @@
 // What `pgrelay serve`'s options ask for, checked before any part starts.
 #include "cli/serve_plan.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -106,6 +110,76 @@ bool loopback_network(const asio::ip::network_v6& network) {
   return address.is_loopback() && network.prefix_length() == 128;
 }
 
+Status readable_file(const std::string& path, const char* option) {
+  if (path.empty() || ::access(path.c_str(), R_OK) == 0) return {};
+  return Error::make(sqlstate::kInvalidParameterValue,
+                     std::string(option) + ": cannot read " + path + ": " + std::strerror(errno),
+                     "Give the path of a file pgrelay's user can read.");
+}
+
+Result<nats::PublisherOptions> plan_nats(const ServeOptions& options) {
+  nats::PublisherOptions out;
+  for (const auto& url : options.nats) {
+    if (url.empty()) continue;
+    const bool scheme = url.find("://") != std::string::npos;
+    if (scheme && !url.starts_with("nats://") && !url.starts_with("tls://")) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         "--nats: " + nats::redact_url(url) + " is not a NATS URL",
+                         "Give nats://HOST:PORT (or tls://HOST:PORT), comma-separated for a "
+                         "cluster.");
+    }
+    out.connect.urls.push_back(scheme ? url : "nats://" + url);
+  }
+  if (out.connect.urls.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue, "--nats names no server",
+                       "Give nats://HOST:PORT, comma-separated for a cluster.");
+  }
+  const std::string& stream = options.nats_stream;
+  if (stream.empty() || stream.find_first_of(" \t\r\n.*>/\\") != std::string::npos) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "--nats-stream: \"" + stream + "\" is not a JetStream stream name",
+                       "A stream name may not be empty or hold spaces, '.', '*', '>', '/' or "
+                       "'\\'; the default is PGRELAY.");
+  }
+  if (!nats::valid_subject_prefix(options.nats_subject_prefix)) {
+    return Error::make(
+        sqlstate::kInvalidParameterValue,
+        "--nats-subject-prefix: \"" + options.nats_subject_prefix + "\" is not a subject prefix",
+        "Give one or more tokens of letters, digits, '_' and '-', joined by '.', "
+        "e.g. pgrelay or acme.cdc.");
+  }
+  out.stream = stream;
+  out.subject_prefix = options.nats_subject_prefix;
+  out.connect.user = options.nats_user;
+  out.connect.password = options.nats_password;
+  out.connect.token = options.nats_token;
+  out.connect.creds_file = options.nats_creds;
+  out.connect.tls_ca_file = options.nats_tls_ca;
+  out.connect.tls_cert_file = options.nats_tls_cert;
+  out.connect.tls_key_file = options.nats_tls_key;
+  if (!options.nats_nkey.empty()) {
+    const auto colon = options.nats_nkey.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == options.nats_nkey.size()) {
+      return Error::make(sqlstate::kInvalidParameterValue, "--nats-nkey wants PUBLIC_KEY:SEED_FILE",
+                         "Give the user's public NKey (U...), a colon, and the file holding "
+                         "its seed.");
+    }
+    out.connect.nkey_public = options.nats_nkey.substr(0, colon);
+    out.connect.nkey_seed_file = options.nats_nkey.substr(colon + 1);
+  }
+  if (!out.connect.tls_cert_file.empty() != !out.connect.tls_key_file.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "--nats-tls-cert and --nats-tls-key go together",
+                       "Give both, the certificate and its private key, or neither.");
+  }
+  PGRELAY_TRY(readable_file(out.connect.creds_file, "--nats-creds"));
+  PGRELAY_TRY(readable_file(out.connect.nkey_seed_file, "--nats-nkey"));
+  PGRELAY_TRY(readable_file(out.connect.tls_ca_file, "--nats-tls-ca"));
+  PGRELAY_TRY(readable_file(out.connect.tls_cert_file, "--nats-tls-cert"));
+  PGRELAY_TRY(readable_file(out.connect.tls_key_file, "--nats-tls-key"));
+  return out;
+}
+
 }  // namespace
 
 Result<ServePlan> plan_serve(const ServeOptions& options) {
@@ -141,6 +215,11 @@ Result<ServePlan> plan_serve(const ServeOptions& options) {
     auto address = server::parse_metrics_address(options.metrics);
     if (!address.ok()) return address.error();
     plan.metrics = *address;
+  }
+  if (!options.nats.empty()) {
+    auto nats = plan_nats(options);
+    if (!nats.ok()) return nats.error();
+    plan.nats = std::move(*nats);
   }
   return plan;
 }

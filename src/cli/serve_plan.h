@@ -8,6 +8,7 @@
 
 #include "base/result.h"
 #include "cli/serve_command.h"
+#include "nats/publisher.h"
 #include "server/auth.h"
 #include "upstream/upstream_config.h"
 
@@ -24,6 +25,9 @@ struct ServePlan {
   std::vector<server::AuthRule> auth_rules;
   // --auth rules that trust a network beyond loopback, to warn about.
   std::vector<std::string> trusting_rules;
+  // --nats and the options beside it; nullopt: no publishing. The database is the URL's,
+  // filled in once it is known.
+  std::optional<nats::PublisherOptions> nats;
 };
 
 // Every error here is the options' (exit status 2): nothing has started yet.

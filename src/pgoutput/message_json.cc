@@ -1,12 +1,11 @@
-// Renders decoded pgoutput changes and logical messages as the JSON lines `pgrelay recv` prints.
-#include "cli/recv_json.h"
+// Renders decoded pgoutput changes and logical messages as JSON lines (`pgrelay recv`, NATS).
+#include "pgoutput/message_json.h"
 
 #include "base/json_string.h"
-
-#include "cli/change_json.h"
+#include "base/pg_time.h"
 #include "wire/scram.h"
 
-namespace pgrelay::cli {
+namespace pgrelay::pgoutput {
 
 namespace {
 
@@ -41,20 +40,20 @@ void append_key(std::string_view key, std::string& out) {
 // The conventions of `pgrelay log dump`: NULL is null, an unchanged TOASTed value
 // {"unchanged_toast":true}, a binary-format value {"binary":"\\x.."}; and text that is not
 // UTF-8 (a database in another encoding) {"hex":"\\x.."}, since JSON strings cannot hold it.
-void append_value(const pgoutput::TupleValue& v, std::string& out) {
+void append_value(const TupleValue& v, std::string& out) {
   switch (v.kind) {
-    case pgoutput::ValueKind::kNull:
+    case ValueKind::kNull:
       out += "null";
       return;
-    case pgoutput::ValueKind::kUnchanged:
+    case ValueKind::kUnchanged:
       out += "{\"unchanged_toast\":true}";
       return;
-    case pgoutput::ValueKind::kBinary:
+    case ValueKind::kBinary:
       out += "{\"binary\":\"";
       append_hex(v.bytes, out);
       out += "\"}";
       return;
-    case pgoutput::ValueKind::kText:
+    case ValueKind::kText:
       break;
   }
   if (is_valid_utf8(v.bytes)) {
@@ -66,7 +65,7 @@ void append_value(const pgoutput::TupleValue& v, std::string& out) {
   }
 }
 
-void append_column_name(const pgoutput::Relation* relation, std::size_t i, std::string& out) {
+void append_column_name(const Relation* relation, std::size_t i, std::string& out) {
   if (relation != nullptr && i < relation->columns.size()) {
     append_key(relation->columns[i].name, out);
   } else {
@@ -75,8 +74,7 @@ void append_column_name(const pgoutput::Relation* relation, std::size_t i, std::
 }
 
 // {column: value, ...} in table order.
-void append_tuple(const pgoutput::Tuple& tuple, const pgoutput::Relation* relation,
-                  std::string& out) {
+void append_tuple(const Tuple& tuple, const Relation* relation, std::string& out) {
   out += '{';
   for (std::size_t i = 0; i < tuple.columns.size(); ++i) {
     if (i > 0) out += ',';
@@ -88,8 +86,7 @@ void append_tuple(const pgoutput::Tuple& tuple, const pgoutput::Relation* relati
 
 // The replica identity columns of `tuple` (by the Relation's key flags), or null when the
 // table has none (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key) or is unknown.
-void append_key_columns(const pgoutput::Tuple& tuple, const pgoutput::Relation* relation,
-                        std::string& out) {
+void append_key_columns(const Tuple& tuple, const Relation* relation, std::string& out) {
   bool any = false;
   if (relation != nullptr) {
     for (std::size_t i = 0; i < tuple.columns.size() && i < relation->columns.size(); ++i) {
@@ -103,7 +100,7 @@ void append_key_columns(const pgoutput::Tuple& tuple, const pgoutput::Relation* 
   out += any ? "}" : "null";
 }
 
-void start_line(const char* op, const pgoutput::Relation* relation, std::string& out) {
+void start_line(const char* op, const Relation* relation, std::string& out) {
   out += "{\"op\":\"";
   out += op;
   out += "\",\"schema\":";
@@ -129,12 +126,12 @@ void finish_line(wire::Lsn lsn, const TransactionInfo* txn, std::string& out) {
 
 }  // namespace
 
-void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const TransactionInfo* txn,
+void append_json_lines(const Message& message, wire::Lsn lsn, const TransactionInfo* txn,
                        const RelationLookup& relations, std::string& out) {
   std::visit(
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, pgoutput::Insert>) {
+        if constexpr (std::is_same_v<T, Insert>) {
           const auto* rel = relations.find(m.relation_oid);
           start_line("insert", rel, out);
           out += ",\"key\":";
@@ -142,7 +139,7 @@ void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const Tr
           out += ",\"old\":null,\"new\":";
           append_tuple(m.new_tuple, rel, out);
           finish_line(lsn, txn, out);
-        } else if constexpr (std::is_same_v<T, pgoutput::Update>) {
+        } else if constexpr (std::is_same_v<T, Update>) {
           const auto* rel = relations.find(m.relation_oid);
           start_line("update", rel, out);
           // The old key (a changed key, or the whole old row under REPLICA IDENTITY FULL)
@@ -150,7 +147,7 @@ void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const Tr
           out += ",\"key\":";
           append_key_columns(m.old ? m.old->tuple : m.new_tuple, rel, out);
           out += ",\"old\":";
-          if (m.old && m.old->kind == pgoutput::OldKind::kFull) {
+          if (m.old && m.old->kind == OldKind::kFull) {
             append_tuple(m.old->tuple, rel, out);
           } else {
             out += "null";
@@ -158,21 +155,21 @@ void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const Tr
           out += ",\"new\":";
           append_tuple(m.new_tuple, rel, out);
           finish_line(lsn, txn, out);
-        } else if constexpr (std::is_same_v<T, pgoutput::Delete>) {
+        } else if constexpr (std::is_same_v<T, Delete>) {
           const auto* rel = relations.find(m.relation_oid);
           start_line("delete", rel, out);
           out += ",\"key\":";
           append_key_columns(m.old.tuple, rel, out);
           out += ",\"old\":";
-          if (m.old.kind == pgoutput::OldKind::kFull) {
+          if (m.old.kind == OldKind::kFull) {
             append_tuple(m.old.tuple, rel, out);
           } else {
             out += "null";
           }
           out += ",\"new\":null";
           finish_line(lsn, txn, out);
-        } else if constexpr (std::is_same_v<T, pgoutput::Truncate>) {
-          for (pgoutput::Oid oid : m.relation_oids) {
+        } else if constexpr (std::is_same_v<T, Truncate>) {
+          for (Oid oid : m.relation_oids) {
             start_line("truncate", relations.find(oid), out);
             out += ",\"key\":null,\"old\":null,\"new\":null,\"cascade\":";
             out += m.cascade ? "true" : "false";
@@ -180,7 +177,7 @@ void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const Tr
             out += m.restart_identity ? "true" : "false";
             finish_line(lsn, txn, out);
           }
-        } else if constexpr (std::is_same_v<T, pgoutput::LogicalMessage>) {
+        } else if constexpr (std::is_same_v<T, LogicalMessage>) {
           out += "{\"op\":\"message\",\"transactional\":";
           out += m.transactional ? "true" : "false";
           out += ",\"prefix\":";
@@ -199,4 +196,4 @@ void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const Tr
       message);
 }
 
-}  // namespace pgrelay::cli
+}  // namespace pgrelay::pgoutput

@@ -1,4 +1,4 @@
-// Renders decoded pgoutput changes and logical messages as the JSON lines `pgrelay recv` prints.
+// Renders decoded pgoutput changes and logical messages as JSON lines (`pgrelay recv`, NATS).
 #pragma once
 
 #include <string>
@@ -6,25 +6,25 @@
 
 #include "pgoutput/messages.h"
 
-namespace pgrelay::cli {
+namespace pgrelay::pgoutput {
 
 // What a change line carries from its transaction's Begin (no buffering until Commit needed).
 struct TransactionInfo {
-  pgoutput::Xid xid = 0;
-  pgoutput::Timestamp commit_time = 0;
+  Xid xid = 0;
+  Timestamp commit_time = 0;
 };
 
 // Looks up the Relation a change refers to (the decoder keeps them); nullptr when unknown.
 class RelationLookup {
  public:
   virtual ~RelationLookup() = default;
-  virtual const pgoutput::Relation* find(pgoutput::Oid oid) const = 0;
+  virtual const Relation* find(Oid oid) const = 0;
 };
 
 // Appends the JSON line(s), each ending in '\n', for one Insert, Update, Delete, Truncate (one
 // line per truncated table) or LogicalMessage to `out`; other messages append nothing.
 // `lsn` is the message's XLogData start; `txn` is null outside a transaction.
-void append_json_lines(const pgoutput::Message& message, wire::Lsn lsn, const TransactionInfo* txn,
+void append_json_lines(const Message& message, wire::Lsn lsn, const TransactionInfo* txn,
                        const RelationLookup& relations, std::string& out);
 
-}  // namespace pgrelay::cli
+}  // namespace pgrelay::pgoutput

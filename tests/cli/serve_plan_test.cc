@@ -57,6 +57,53 @@ TEST(ServePlan, ReadsTheUpstreamUsersRulesAndMetricsAddress) {
   EXPECT_EQ(plan->metrics, std::make_optional(std::make_pair(std::string("127.0.0.1"), 9187)));
 }
 
+TEST(ServePlan, NatsOptionsPlanThePublisher) {
+  ServeOptions options;
+  options.nats = {"127.0.0.1:4222", "tls://n2.example:4222"};
+  options.nats_stream = "CDC";
+  options.nats_subject_prefix = "acme.cdc";
+  options.nats_user = "pub";
+  options.nats_password = "secret";
+  options.nats_nkey = "UABC:/dev/null";
+  auto plan = plan_serve(options);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->nats.has_value());
+  EXPECT_EQ(plan->nats->connect.urls,
+            (std::vector<std::string>{"nats://127.0.0.1:4222", "tls://n2.example:4222"}));
+  EXPECT_EQ(plan->nats->stream, "CDC");
+  EXPECT_EQ(plan->nats->subject_prefix, "acme.cdc");
+  EXPECT_EQ(plan->nats->connect.password, "secret");
+  EXPECT_EQ(plan->nats->connect.nkey_public, "UABC");
+  EXPECT_EQ(plan->nats->connect.nkey_seed_file, "/dev/null");
+  EXPECT_FALSE(plan_serve(ServeOptions{})->nats.has_value());
+}
+
+TEST(ServePlan, EachBadNatsOptionIsNamedWithItsFix) {
+  auto with = [](auto change) {
+    ServeOptions options;
+    options.nats = {"nats://127.0.0.1:4222"};
+    change(options);
+    return plan_error(options);
+  };
+  Error scheme = with([](ServeOptions& o) { o.nats = {"http://u:hidden@h:1"}; });
+  EXPECT_EQ(scheme.message, "--nats: http://u:xxxxx@h:1 is not a NATS URL");  // no password
+  EXPECT_NE(scheme.hint.find("nats://HOST:PORT"), std::string::npos);
+  EXPECT_NE(with([](ServeOptions& o) { o.nats_stream = "a.b"; }).message.find("--nats-stream"),
+            std::string::npos);
+  EXPECT_NE(with([](ServeOptions& o) { o.nats_subject_prefix = "a..b"; }).hint.find("tokens"),
+            std::string::npos);
+  EXPECT_NE(
+      with([](ServeOptions& o) { o.nats_nkey = "UABC"; }).message.find("PUBLIC_KEY:SEED_FILE"),
+      std::string::npos);
+  EXPECT_NE(
+      with([](ServeOptions& o) { o.nats_tls_cert = "/dev/null"; }).message.find("go together"),
+      std::string::npos);
+  Error missing = with([](ServeOptions& o) { o.nats_creds = "/nonexistent/x.creds"; });
+  EXPECT_NE(missing.message.find("--nats-creds: cannot read /nonexistent/x.creds"),
+            std::string::npos);
+  EXPECT_EQ(missing.sqlstate, sqlstate::kInvalidParameterValue);
+}
+
 TEST(ServePlan, EachBadOptionIsNamedWithItsFix) {
   ServeOptions listen;
   listen.listen = "localhost:99999";

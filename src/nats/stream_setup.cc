@@ -1,0 +1,239 @@
+// The JetStream stream pgrelay publishes into: created when missing, checked when it exists,
+// and where its end leaves a database's publishing.
+#include "nats/stream_setup.h"
+
+#include <algorithm>
+#include <charconv>
+#include <memory>
+#include <string_view>
+
+namespace pgrelay::nats {
+
+namespace {
+
+constexpr std::int64_t kDuplicateWindowNanos = 120'000'000'000;  // 2 minutes
+
+struct StreamInfoDeleter {
+  void operator()(jsStreamInfo* si) const { jsStreamInfo_Destroy(si); }
+};
+struct MsgDeleter {
+  void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
+};
+using StreamInfoPtr = std::unique_ptr<jsStreamInfo, StreamInfoDeleter>;
+using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
+
+std::vector<std::string_view> tokens(std::string_view subject) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = subject.find('.', start);
+    out.push_back(subject.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    if (dot == std::string_view::npos) return out;
+    start = dot + 1;
+  }
+}
+
+Error js_error(natsStatus status, jsErrCode code, const std::string& what,
+               const ConnectOptions& options) {
+  Error e = nats_error(status, what, options);
+  if (code != 0)
+    e.detail += (e.detail.empty() ? "" : "; ") + std::string("JetStream error ") +
+                std::to_string(static_cast<int>(code));
+  if (code == JSNotEnabledErr || status == NATS_NO_RESPONDERS) {
+    e.hint =
+        "Enable JetStream on the NATS servers (nats-server -js, or a jetstream block in "
+        "their configuration).";
+  }
+  return e;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view text) {
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
+  return v;
+}
+
+std::optional<std::string_view> header(natsMsg* msg, const char* key) {
+  const char* value = nullptr;
+  if (natsMsgHeader_Get(msg, key, &value) != NATS_OK || value == nullptr) return std::nullopt;
+  return std::string_view(value);
+}
+
+}  // namespace
+
+bool subject_covers(const std::string& pattern, const std::string& wanted) {
+  const auto have = tokens(pattern);
+  const auto want = tokens(wanted);
+  for (std::size_t i = 0; i < have.size(); ++i) {
+    if (have[i] == ">") return i < want.size();
+    if (i >= want.size() || want[i] == ">") return false;
+    if (have[i] == "*") {
+      if (want[i] == ">") return false;
+      continue;
+    }
+    if (have[i] != want[i]) return false;
+  }
+  return have.size() == want.size();
+}
+
+Result<StreamCheck> ensure_stream(const Connection& connection, const std::string& name,
+                                  const std::string& subjects, const ConnectOptions& options) {
+  StreamCheck check;
+  const int wanted_replicas = std::clamp(connection.known_servers(), 1, 3);
+  jsStreamInfo* raw = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&raw, connection.js(), name.c_str(), nullptr, &code);
+  StreamInfoPtr info(raw);
+  if (s == NATS_NOT_FOUND || code == JSStreamNotFoundErr) {
+    jsStreamConfig config;
+    jsStreamConfig_Init(&config);
+    const char* subject_list[] = {subjects.c_str()};
+    config.Name = name.c_str();
+    config.Description =
+        "pgrelay's change log: row changes as JSON, and each transaction's log entry";
+    config.Subjects = subject_list;
+    config.SubjectsLen = 1;
+    config.Storage = js_FileStorage;
+    config.Replicas = wanted_replicas;
+    config.Duplicates = kDuplicateWindowNanos;
+    raw = nullptr;
+    s = js_AddStream(&raw, connection.js(), &config, nullptr, &code);
+    info.reset(raw);
+    if (s != NATS_OK) {
+      Error e = js_error(s, code, "could not create the JetStream stream " + name, options);
+      if (code == JSStreamSubjectOverlapErr) {
+        e.hint = "Another stream already takes " + subjects +
+                 ": give that stream's name with "
+                 "--nats-stream, or another --nats-subject-prefix.";
+      }
+      return e;
+    }
+    check.created = true;
+    check.replicas = wanted_replicas;
+    return check;
+  }
+  if (s != NATS_OK)
+    return js_error(s, code, "could not read the JetStream stream " + name, options);
+  const jsStreamConfig& config = *info->Config;
+  bool covered = false;
+  std::string have;
+  for (int i = 0; i < config.SubjectsLen; ++i) {
+    if (subject_covers(config.Subjects[i], subjects)) covered = true;
+    have += (have.empty() ? "" : ", ") + std::string(config.Subjects[i]);
+  }
+  if (!covered) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "the JetStream stream " + name + " does not take pgrelay's subjects " +
+                           subjects + " (it takes " + (have.empty() ? "none" : have) + ")",
+                       "Add " + subjects + " to the stream's subjects (nats stream edit " + name +
+                           " --subjects …), or give pgrelay a stream of its own with "
+                           "--nats-stream NAME, which it creates.");
+  }
+  if (config.NoAck) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "the JetStream stream " + name +
+                           " does not acknowledge what is published "
+                           "to it (no_ack), so pgrelay cannot know what it holds",
+                       "Turn no_ack off on the stream, or give pgrelay a stream of its own with "
+                       "--nats-stream NAME.");
+  }
+  check.replicas = static_cast<int>(config.Replicas);
+  if (config.Storage == js_MemoryStorage) {
+    check.warnings.push_back({"the JetStream stream " + name +
+                                  " keeps its messages in memory: a restart of NATS loses them",
+                              "Recreate the stream with file storage, or let pgrelay create "
+                              "one (another --nats-stream name)."});
+  }
+  if (config.Replicas < wanted_replicas) {
+    check.warnings.push_back({"the JetStream stream " + name + " has " +
+                                  std::to_string(config.Replicas) + " replica(s) on a cluster of " +
+                                  std::to_string(connection.known_servers()) +
+                                  " servers: losing one loses the stream",
+                              "Raise its replicas: nats stream edit " + name + " --replicas " +
+                                  std::to_string(wanted_replicas) + "."});
+  }
+  if (config.Duplicates < kDuplicateWindowNanos) {
+    check.warnings.push_back(
+        {"the JetStream stream " + name + " keeps Msg-Ids for " +
+             std::to_string(config.Duplicates / 1'000'000'000) +
+             " s, less than the 2 minutes pgrelay asks",
+         "Raise its duplicate window: nats stream edit " + name + " --dupe-window 2m."});
+  }
+  if (config.Retention != js_LimitsPolicy) {
+    check.warnings.push_back(
+        {"the JetStream stream " + name +
+             " removes messages once consumed (interest or work-queue retention): followers "
+             "and replays miss them",
+         "Give pgrelay a stream with limits retention (another --nats-stream name, which "
+         "pgrelay creates)."});
+  }
+  return check;
+}
+
+Result<StreamEnd> read_stream_end(const Connection& connection, const std::string& name,
+                                  const Subjects& subjects, std::uint64_t log_id,
+                                  const ConnectOptions& options) {
+  StreamEnd end;
+  jsStreamInfo* raw = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&raw, connection.js(), name.c_str(), nullptr, &code);
+  StreamInfoPtr info(raw);
+  if (s != NATS_OK)
+    return js_error(s, code, "could not read the JetStream stream " + name, options);
+  end.last_seq = info->State.LastSeq;
+  if (end.last_seq == 0) return end;
+  natsMsg* raw_msg = nullptr;
+  code = static_cast<jsErrCode>(0);
+  const std::string filter = subjects.database_subjects();
+  s = js_GetLastMsg(&raw_msg, connection.js(), name.c_str(), filter.c_str(), nullptr, &code);
+  MsgPtr msg(raw_msg);
+  if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) return end;
+  if (s != NATS_OK) {
+    return js_error(s, code, "could not read the last message of " + filter + " in " + name,
+                    options);
+  }
+  const std::string where = "message " + std::to_string(natsMsg_GetSequence(msg.get())) +
+                            " of the JetStream stream " + name + " (subject " +
+                            natsMsg_GetSubject(msg.get()) + ")";
+  auto not_ours = [&](const std::string& why) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       where + " was not written by pgrelay: " + why,
+                       "Give pgrelay a stream of its own with --nats-stream NAME (it creates "
+                       "it), or another --nats-subject-prefix.");
+  };
+  auto id_text = header(msg.get(), "Nats-Msg-Id");
+  auto log_text = header(msg.get(), kHeaderLogId);
+  auto count_text = header(msg.get(), kHeaderCount);
+  if (!id_text || !log_text || !count_text) return not_ours("it lacks pgrelay's headers");
+  auto id = parse_message_id(*id_text);
+  auto log = parse_u64(*log_text);
+  auto count = parse_u64(*count_text);
+  if (!id || !log || !count || *count > UINT32_MAX)
+    return not_ours("its headers are not pgrelay's");
+  if (*log != log_id) {
+    return Error::make(
+        sqlstate::kObjectNotInPrerequisiteState,
+        where + " came from another change log (log id " + std::string(*log_text) +
+            ", this pgrelay's is " + std::to_string(log_id) + ")",
+        "The stream belongs to another pgrelay, or to this data directory before it was made "
+        "anew. Give this one a stream of its own with --nats-stream NAME, or delete the old "
+        "stream (nats stream rm " +
+            name + ") to publish this log from its start.");
+  }
+  std::uint32_t parts = 0;
+  if (id->tx_part) {
+    auto part = header(msg.get(), kHeaderPart);
+    if (!part) return not_ours("a _tx message without its " + std::string(kHeaderPart) + " header");
+    const auto slash = part->find('/');
+    auto n = slash == std::string_view::npos
+                 ? std::nullopt
+                 : parse_u64(part->substr(slash + 1, part->find('/', slash + 1) - slash - 1));
+    if (!n || *n == 0 || *n > UINT32_MAX) return not_ours("its part header is not pgrelay's");
+    parts = static_cast<std::uint32_t>(*n);
+  }
+  end.resume = resume_after(*id, static_cast<std::uint32_t>(*count), parts);
+  return end;
+}
+
+}  // namespace pgrelay::nats
