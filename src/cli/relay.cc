@@ -200,6 +200,7 @@ Status Relay::start_publisher() {
   }
   nats::PublisherOptions options = *plan_.nats;
   options.database = upstream_.dbname;
+  options.state_dir = options_.data_dir;
   publisher_ = std::make_unique<nats::Publisher>(std::move(options), hub->log(), logger_);
   publisher_->start();
   logger_.info("publishing the change log to NATS JetStream",

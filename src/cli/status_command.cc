@@ -15,6 +15,7 @@
 #include "log/retention.h"
 #include "log/slots.h"
 #include "log/transaction.h"
+#include "nats/publisher.h"
 
 namespace pgrelay::cli {
 namespace {
@@ -237,6 +238,20 @@ int run_status(const StatusOptions& options) {
     (entry.in_scope ? captured : left_out).push_back(entry.name);
   }
 
+  // The NATS publisher's state, as it last wrote it (when `serve --nats` ran here).
+  std::optional<nlohmann::json> nats;
+  if (auto text = log::read_whole_file(dir + "/" + nats::kStateFileName); text.ok()) {
+    auto parsed = nlohmann::json::parse(text->begin(), text->end(), nullptr, false);
+    if (parsed.is_object()) nats = std::move(parsed);
+  }
+  // Lag: the log's head past the end of what the stream holds.
+  std::optional<std::uint64_t> nats_lag;
+  if (nats && changelog) {
+    auto published = wire::Lsn::parse(nats->value("published_end_lsn", std::string()));
+    const std::uint64_t head = changelog->last_end_lsn().value();
+    if (published) nats_lag = head > published->value() ? head - published->value() : 0;
+  }
+
   const std::string shown_url = admin::mask_password(url);
   const char* method =
       "entries of the change log whose commit time (the upstream's clock) lies within the last "
@@ -292,6 +307,14 @@ int run_status(const StatusOptions& options) {
     } else {
       j["capture_rate"] = nullptr;
     }
+    if (nats) {
+      (*nats)["lag_bytes"] = nats_lag ? nlohmann::json(*nats_lag) : nlohmann::json(nullptr);
+      // Written by a publisher that is not running now: its state is history.
+      (*nats)["current"] = server->running && nats->value("pid", 0) == server->pid;
+      j["nats"] = *nats;
+    } else {
+      j["nats"] = nullptr;
+    }
     j["warnings"] = warnings;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return server->running ? 0 : admin::kExitNotRunning;
@@ -330,6 +353,19 @@ int run_status(const StatusOptions& options) {
                 rate_text(rate->transactions).c_str(), rate_text(rate->changes).c_str(),
                 rate->transactions, rate->changes, rate->messages, kRateWindowSeconds);
     std::printf("               computed from the %s\n", method);
+  }
+
+  if (nats) {
+    const bool current = server->running && nats->value("pid", 0) == server->pid;
+    std::printf("nats:          %s stream %s at %s: published through %s%s%s\n",
+                current ? nats->value("state", std::string("?")).c_str() : "not running;",
+                nats->value("stream", std::string("?")).c_str(),
+                nats->value("servers", std::string("?")).c_str(),
+                nats->value("published_commit_lsn", std::string("?")).c_str(),
+                nats_lag ? (", lag " + log::format_size(*nats_lag)).c_str() : "",
+                current ? "" : (" as of " + nats->value("written_at", std::string("?"))).c_str());
+    const std::string error = nats->value("last_error", std::string());
+    if (!error.empty()) std::printf("               last error: %s\n", error.c_str());
   }
 
   const char* where = slots->source == "server" ? "from the server"

@@ -1,10 +1,16 @@
 // Publishes one database's change log to a JetStream stream, exactly once and in commit order.
 #include "nats/publisher.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "base/pg_time.h"
+#include "log/file_util.h"
+#include "log/slots.h"
 
 namespace pgrelay::nats {
 
@@ -74,8 +80,39 @@ PublisherFigures Publisher::figures() const {
 }
 
 void Publisher::set_state(const char* state) {
-  std::lock_guard lock(mu_);
-  figures_.state = state;
+  {
+    std::lock_guard lock(mu_);
+    if (figures_.state == state) return;
+    figures_.state = state;
+  }
+  write_state(true);
+}
+
+void Publisher::write_state(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.state_dir.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (state_dirty_) force = true;
+    state_dirty_ = false;
+  }
+  if (!force && now - state_written_ < std::chrono::seconds(1)) return;
+  state_written_ = now;
+  const PublisherFigures f = figures();
+  nlohmann::json j = {{"stream", options_.stream},
+                      {"servers", redact_urls(options_.connect.urls)},
+                      {"subjects", subjects_.database_subjects()},
+                      {"state", f.state},
+                      {"published_commit_lsn", f.published_commit_lsn.to_string()},
+                      {"published_end_lsn", f.published_end_lsn.to_string()},
+                      {"published_messages", f.published_messages},
+                      {"published_transactions", f.published_transactions},
+                      {"last_error", f.last_error},
+                      {"pid", static_cast<int>(::getpid())},
+                      {"written_at", format_pg_time(log::now_pg_micros())}};
+  const std::string text = j.dump() + "\n";
+  // Only for `pgrelay status`: a failure to write it costs nothing else.
+  (void)log::write_file_atomically(options_.state_dir, kStateFileName, as_bytes(text));
 }
 
 void Publisher::pause(std::chrono::milliseconds d) {
@@ -128,11 +165,20 @@ Status Publisher::session() {
   js_options.PublishAsync.AckHandlerClosure = this;
   js_options.PublishAsync.StallWait = 200;
   ConnectionEvents events;
+  // On nats.c's thread: the state file follows from the publisher's own loop.
   events.disconnected = [this] {
     logger_.warning("NATS connection lost; reconnecting",
                     {{"servers", redact_urls(options_.connect.urls)}});
+    std::lock_guard lock(mu_);
+    figures_.state = "disconnected";
+    state_dirty_ = true;
   };
-  events.reconnected = [this] { logger_.info("NATS connection back", {}); };
+  events.reconnected = [this] {
+    logger_.info("NATS connection back", {});
+    std::lock_guard lock(mu_);
+    figures_.state = "publishing";
+    state_dirty_ = true;
+  };
   auto connection = Connection::open(options_.connect, &js_options, std::move(events));
   PGRELAY_TRY(connection);
   const std::string all = subjects_.all();
@@ -227,6 +273,7 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
       static_cast<std::size_t>(std::max<std::int64_t>(1024, max_payload - kPartHeadroom));
   set_state("publishing");
   while (!stopping() && !broken_) {
+    write_state(false);
     auto next = (*cursor)->next_entry();
     PGRELAY_TRY(next);
     if (!*next) {

@@ -44,11 +44,16 @@ struct PublisherOptions {
   std::string stream = "PGRELAY";
   std::string subject_prefix = "pgrelay";
   std::string database;                      // the log's database, in its subjects
+  std::string state_dir;                     // where kStateFileName goes; empty: nowhere
   std::int64_t max_pending = 256;            // acks outstanding
   std::chrono::milliseconds ack_wait{5000};  // a publish not acked by then has failed
   std::chrono::milliseconds retry_min{250};
   std::chrono::milliseconds retry_max{10000};
 };
+
+// The publisher's state as `pgrelay status` reads it: STATE_DIR/nats.json, rewritten as the
+// state changes and at most once a second as publishing goes on.
+inline constexpr const char* kStateFileName = "nats.json";
 
 struct PublisherFigures {
   std::string state;               // "connecting", "publishing", "retrying", "stopped"
@@ -97,6 +102,8 @@ class Publisher {
   // Logs an error once per distinct message, until publishing works again.
   void report(const Error& error);
   void set_state(const char* state);
+  // Rewrites the state file (publisher thread only); `force` even within the second.
+  void write_state(bool force);
   bool stopping() const { return stopping_.load(); }
   // Sleeps up to `d`, or until stop().
   void pause(std::chrono::milliseconds d);
@@ -117,8 +124,10 @@ class Publisher {
   std::uint64_t expected_last_seq_ = 0;
   std::map<std::uint64_t, InFlight> in_flight_;  // by the stream sequence each must get
   PublisherFigures figures_;
-  std::string reported_;  // the error last logged
-  bool warned_ = false;   // the stream's warnings are logged once
+  std::string reported_;      // the error last logged
+  bool state_dirty_ = false;  // the state changed on nats.c's thread: write the file now
+  bool warned_ = false;       // the stream's warnings are logged once
+  std::chrono::steady_clock::time_point state_written_;
 };
 
 }  // namespace pgrelay::nats

@@ -343,6 +343,21 @@ class Case:
         odd = [m for m in self.messages if m["subject"] == "pgrelay.%s.public.Odd~2EName" % DB]
         expect_eq([json.loads(m["data"])["table"] for m in odd], ["Odd.Name"], 'table "Odd.Name" on subject ...public.Odd~2EName')
 
+    def status_line(self):
+        last = transactions_of(self.js.read("PGRELAY"))[-1][0]
+
+        def status():
+            r = subprocess.run([self.env.pgrelay, "status", "-D", self.data_dir, "--json"], capture_output=True,
+                               text=True, timeout=60)
+            return json.loads(r.stdout)["nats"]
+        nats = wait_until(lambda: (lambda n: n if n and n["published_commit_lsn"] == last else None)(status()), 30,
+                          "pgrelay status --json: published through %s" % last)
+        expect_eq((nats["stream"], nats["state"], nats["lag_bytes"], nats["current"]), ("PGRELAY", "publishing", 0, True),
+                  "pgrelay status --json: the stream, publishing, no lag")
+        r = subprocess.run([self.env.pgrelay, "status", "-D", self.data_dir], capture_output=True, text=True, timeout=60)
+        expect("nats:          publishing stream PGRELAY at %s: published through %s, lag 0 bytes"
+               % (self.cluster.urls(), last) in r.stdout, "pgrelay status: the NATS line", got=r.stdout)
+
     # ---- bad input: each a pgrelay of its own, in a database of its own ----
     def bad_relay(self, name, nats, extra=()):
         self.env.psql_admin("CREATE DATABASE %s" % name, db="postgres")
@@ -443,6 +458,7 @@ class Case:
             return
         env.check("a JetStream consumer filtered on one table's subject sees exactly that table's messages",
                   self.filtered_consumer)
+        env.check("pgrelay status shows the stream, how far it is published and its lag", self.status_line)
         env.check("no NATS server at the URL: the error names the fix, capture goes on", self.unreachable)
         env.check("wrong NATS credentials: the error names the fix, the password is logged nowhere",
                   self.wrong_credentials)
