@@ -69,6 +69,34 @@ def with_db(url, db):
     return urlunsplit(urlsplit(url)._replace(path="/" + db))
 
 
+def npm_dir():
+    """Where the tests install npm packages: --npm-dir DIR, else build/e2e-npm."""
+    for i, arg in enumerate(sys.argv):
+        if arg == "--npm-dir" and i + 1 < len(sys.argv):
+            return os.path.abspath(sys.argv[i + 1])
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "e2e-npm")
+
+
+def ensure_npm_package(spec, name):
+    """Installs npm package `spec` (e.g. postgres@3) into npm_dir() once; returns (the path of
+    node_modules/NAME, None), or (None, why not)."""
+    prefix = npm_dir()
+    module = os.path.join(prefix, "node_modules", name)
+    if os.path.exists(os.path.join(module, "package.json")):
+        return module, None
+    if not shutil.which("node") or not shutil.which("npm"):
+        return None, "node or npm is not installed"
+    os.makedirs(prefix, exist_ok=True)
+    try:
+        r = subprocess.run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", spec],
+                           capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return None, "npm install %s timed out" % spec
+    if r.returncode != 0 or not os.path.exists(os.path.join(module, "package.json")):
+        return None, "npm install %s failed: %s" % (spec, (r.stderr or r.stdout)[-600:])
+    return module, None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,19 +1,18 @@
 // JetStream as an application sees it, with npm `nats`: read a stream, make one, publish to it.
 //
-//   node nats_stream.cjs MODULE_DIR SERVERS read STREAM [FILTER_SUBJECT]
+//   node nats_stream.cjs MODULE SERVERS read STREAM [FILTER_SUBJECT]
 //     Prints {"seq", "subject", "headers", "data"} (data in base64), one JSON line per message
 //     the stream holds (on FILTER_SUBJECT only, when given), in stream order, read with an
 //     ordered consumer: the kind an application writes.
-//   node nats_stream.cjs MODULE_DIR SERVERS add-stream NAME SUBJECT [MAX_BYTES]
+//   node nats_stream.cjs MODULE SERVERS add-stream NAME SUBJECT [MAX_BYTES]
 //     Creates a stream (file storage, one replica); with MAX_BYTES it refuses new messages
 //     once that full.
-//   node nats_stream.cjs MODULE_DIR SERVERS publish SUBJECT TEXT
+//   node nats_stream.cjs MODULE SERVERS publish SUBJECT TEXT
 //     Publishes one message into the stream that takes SUBJECT, without pgrelay's headers.
 "use strict";
 
-const path = require("path");
-const [moduleDir, servers, command, ...args] = process.argv.slice(2);
-const nats = require(path.join(moduleDir, "node_modules", "nats"));
+const [modulePath, servers, command, ...args] = process.argv.slice(2);
+const nats = require(modulePath);  // npm nats: its node_modules/nats directory
 
 async function read(nc, stream, filter) {
   const jsm = await nc.jetstreamManager();

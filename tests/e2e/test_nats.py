@@ -25,14 +25,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 
 import psycopg2
 
-from e2e_support import expect, expect_eq, free_port, main, wait_until
+from e2e_support import ensure_npm_package, expect, expect_eq, free_port, main, wait_until
 from nats_cluster import NatsCluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,30 +41,6 @@ WRITERS = 8
 RUN_SECONDS = 30
 HOT_ROWS = 20
 PASSWORD_SEEN_NOWHERE = "n0t-in-any-log-7f3a"
-
-
-def npm_dir():
-    for i, arg in enumerate(sys.argv):
-        if arg == "--npm-dir" and i + 1 < len(sys.argv):
-            return os.path.abspath(sys.argv[i + 1])
-    return os.path.join(HERE, "..", "..", "build", "e2e-npm")
-
-
-def ensure_nats_js(prefix):
-    """Installs npm nats@2 into prefix once; returns (prefix, None) or (None, why not)."""
-    if os.path.exists(os.path.join(prefix, "node_modules", "nats", "package.json")):
-        return prefix, None
-    if not shutil.which("node") or not shutil.which("npm"):
-        return None, "node or npm is not installed"
-    os.makedirs(prefix, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "nats@2"],
-                           capture_output=True, text=True, timeout=240)
-    except subprocess.TimeoutExpired:
-        return None, "npm install nats@2 timed out"
-    if r.returncode != 0:
-        return None, "npm install nats@2 failed: " + (r.stderr or r.stdout)[-600:]
-    return prefix, None
 
 
 class JetStreamClient:
@@ -471,7 +446,7 @@ class Case:
 def body(env):
     if not shutil.which("nats-server"):
         raise RuntimeError("nats-server is not installed: apt-get install nats-server (scripts/deps.sh does)")
-    module, why = ensure_nats_js(npm_dir())
+    module, why = ensure_npm_package("nats@2", "nats")
     if module is None:
         env.skip("JetStream publishing", why)
         return

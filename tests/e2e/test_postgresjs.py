@@ -2,13 +2,11 @@
 import json
 import os
 import queue
-import shutil
 import subprocess
-import sys
 import threading
 import time
 
-from e2e_support import expect, expect_eq, main, wait_until
+from e2e_support import ensure_npm_package, expect, expect_eq, main, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -18,31 +16,6 @@ CREATE TABLE js_items (id int PRIMARY KEY, name text NOT NULL, flag boolean, dat
 CREATE TABLE js_log (seq int PRIMARY KEY, msg text);
 ALTER TABLE js_log REPLICA IDENTITY FULL;
 """
-
-
-def npm_dir():
-    for i, arg in enumerate(sys.argv):
-        if arg == "--npm-dir" and i + 1 < len(sys.argv):
-            return os.path.abspath(sys.argv[i + 1])
-    return os.path.join(HERE, "..", "..", "build", "e2e-npm")
-
-
-def ensure_postgres_js(prefix):
-    """Installs postgres@3 into prefix once; returns (module path, None) or (None, why not)."""
-    module = os.path.join(prefix, "node_modules", "postgres")
-    if os.path.exists(os.path.join(module, "package.json")):
-        return module, None
-    if not shutil.which("node") or not shutil.which("npm"):
-        return None, "node or npm is not installed"
-    os.makedirs(prefix, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "postgres@3"],
-                           capture_output=True, text=True, timeout=240)
-    except subprocess.TimeoutExpired:
-        return None, "npm install postgres@3 timed out"
-    if r.returncode != 0 or not os.path.exists(os.path.join(module, "package.json")):
-        return None, "npm install postgres@3 failed: " + (r.stderr or r.stdout)[-600:]
-    return module, None
 
 
 class NodeClient:
@@ -99,7 +72,7 @@ class NodeClient:
 
 
 def body(env):
-    module, why = ensure_postgres_js(npm_dir())
+    module, why = ensure_npm_package("postgres@3", "postgres")
     if module is None:
         print("=" * 70)
         print("SKIP SKIP SKIP: postgres.js is unavailable, NOT TESTED: %s" % why)
