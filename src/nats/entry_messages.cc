@@ -66,10 +66,10 @@ Result<EntryMessages> EntryMessages::make(const log::EntryMeta& meta, ByteView d
   PGRELAY_TRY(counter.finish());
   ByteWriter bytes;
   log::encode_entry_meta(meta, bytes);
-  bytes.raw(data);
-  out.entry_bytes_ = std::move(bytes).take();
+  out.meta_bytes_ = std::move(bytes).take();
+  const std::size_t total = out.meta_bytes_.size() + data.size();
   out.part_count_ = static_cast<std::uint32_t>(
-      std::max<std::size_t>(1, (out.entry_bytes_.size() + out.part_size_ - 1) / out.part_size_));
+      std::max<std::size_t>(1, (total + out.part_size_ - 1) / out.part_size_));
   out.reader_.feed(out.data_);
   return out;
 }
@@ -149,9 +149,19 @@ Result<bool> EntryMessages::render_next_change() {
 }
 
 OutMessage EntryMessages::part(std::uint32_t k) const {
+  // Bytes [begin, end) of the metadata followed by the data, taken from each in place.
+  const std::size_t total = meta_bytes_.size() + data_.size();
   const std::size_t begin = std::size_t{k} * part_size_;
-  const std::size_t end = std::min(entry_bytes_.size(), begin + part_size_);
-  std::string payload(reinterpret_cast<const char*>(entry_bytes_.data()) + begin, end - begin);
+  const std::size_t end = std::min(total, begin + part_size_);
+  std::string payload;
+  payload.reserve(end - begin);
+  auto take = [&](ByteView from, std::size_t at) {  // `from` starts at offset `at` of the whole
+    const std::size_t lo = std::max(begin, at);
+    const std::size_t hi = std::min(end, at + from.size());
+    if (lo < hi) payload.append(reinterpret_cast<const char*>(from.data()) + (lo - at), hi - lo);
+  };
+  take(meta_bytes_, 0);
+  take(data_, meta_bytes_.size());
   return OutMessage{subjects_->transactions(), MessageId{meta_.commit_lsn, true, k},
                     meta_.commit_lsn, std::move(payload), k + 1 == part_count_};
 }

@@ -61,7 +61,7 @@ class EntryMessages {
   ByteView data_;
   const Subjects* subjects_;
   std::size_t part_size_;
-  Bytes entry_bytes_;  // metadata and data, cut into parts
+  Bytes meta_bytes_;  // the encoded metadata: the parts cut it and data_ as one, uncopied
   std::uint32_t change_count_ = 0;
   std::uint32_t part_count_ = 0;
   log::ChangeReader reader_;
