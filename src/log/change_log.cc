@@ -812,6 +812,24 @@ Lsn ChangeLog::durable_end_lsn() const {
   return options_.sync == SyncPolicy::kNone ? last_end_lsn_ : durable_end_lsn_;
 }
 
+bool ChangeLog::wait_durable(Lsn end, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (options_.sync == SyncPolicy::kNone) return true;
+  auto done = [&] { return !(durable_end_lsn_ < end) || failed_.has_value() || stopping_; };
+  if (done()) return !(durable_end_lsn_ < end);
+  const bool per_commit = options_.sync == SyncPolicy::kFsyncPerCommit;
+  const Position target = written_;  // holds the entry: it is visible, so written
+  if (per_commit) {
+    sync_waiters_.push_back(target);
+    sync_cv_.notify_one();
+  }
+  synced_cv_.wait_until(lock, deadline, done);
+  if (per_commit) {
+    sync_waiters_.erase(std::find(sync_waiters_.begin(), sync_waiters_.end(), target));
+  }
+  return !(durable_end_lsn_ < end);
+}
+
 void ChangeLog::mark_synced_locked() {
   synced_ = written_;
   durable_end_lsn_ = last_end_lsn_;

@@ -156,6 +156,11 @@ class ChangeLog {
   Status append_visible(std::span<const PendingEntry> batch);
   // The end LSN of the newest entry an fdatasync covered (under kNone: of the newest entry).
   Lsn durable_end_lsn() const;
+  // For readers that may hand on only durable entries (the NATS publisher): waits until
+  // durable_end_lsn() reaches `end` (an entry already visible), the deadline passes or the log
+  // stops; true when it did. Under kFsyncPerCommit the wait counts as an appender's, so the
+  // sync thread syncs at once instead of after visible_sync_delay.
+  bool wait_durable(Lsn end, std::chrono::steady_clock::time_point deadline);
 
   // Like append(), but the log chooses the LSNs: the entries' LSNs are offsets relative to the
   // batch, and the log shifts them all by one base = max(`floor`, last end LSN + 1), so that

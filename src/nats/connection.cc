@@ -51,6 +51,11 @@ Error nats_error(natsStatus status, const std::string& what, const ConnectOption
   natsStatus last = NATS_OK;
   const char* text = nats_GetLastError(&last);
   std::string detail = text != nullptr && *text != '\0' && last == status ? text : "";
+  // nats.c leads with where in its source it failed: "(conn.c:2088): No server available…".
+  if (detail.starts_with("(")) {
+    const auto end = detail.find("): ");
+    if (end != std::string::npos) detail.erase(0, end + 3);
+  }
   const std::string servers = redact_urls(options.urls);
   switch (status) {
     case NATS_NO_SERVER:

@@ -282,8 +282,9 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
     }
     const log::EntryMeta meta = **next;
     // What only a later fdatasync makes durable may yet be taken back by a crash.
-    while (log_.durable_end_lsn() < meta.end_lsn && !stopping())
-      pause(std::chrono::milliseconds(2));
+    while (!stopping() && !log_.wait_durable(meta.end_lsn, std::chrono::steady_clock::now() +
+                                                               std::chrono::milliseconds(200))) {
+    }
     if (stopping()) break;
     auto data = (*cursor)->read_data();
     PGRELAY_TRY(data);

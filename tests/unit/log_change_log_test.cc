@@ -112,6 +112,28 @@ TEST(ChangeLog, AppendVisibleIsReadableAtOnceAndDurableSoonAfter) {
   EXPECT_EQ(read_all(*reopened, Lsn(0)), range(1, 40));
 }
 
+// A reader waiting for durability is a waiter like an appender: the sync thread syncs for it
+// at once, not after visible_sync_delay (an hour here, so that only the waiter can make it).
+TEST(ChangeLog, WaitDurableHasTheVisibleDataSyncedForItsReader) {
+  TempDir dir;
+  LogOptions o = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  o.visible_sync_delay = std::chrono::hours(1);
+  auto log = open_log(o);
+  ASSERT_NE(log, nullptr);
+  append_txns(*log, 1, 2);
+  const Lsn synced = log->durable_end_lsn();
+  std::string data = payload_for(3, 40);
+  PendingEntry e = txn(3, as_bytes(data));
+  ASSERT_TRUE(log->append_visible(std::span<const PendingEntry>(&e, 1)).ok());
+  const Lsn end = log->last_end_lsn();
+  EXPECT_EQ(log->durable_end_lsn(), synced);  // visible, not yet durable
+  EXPECT_TRUE(log->wait_durable(end, std::chrono::steady_clock::now() + std::chrono::minutes(5)));
+  EXPECT_EQ(log->durable_end_lsn(), end);
+  // Already durable: at once; and a deadline that passes answers false, never waits on.
+  EXPECT_TRUE(log->wait_durable(end, std::chrono::steady_clock::now()));
+  EXPECT_FALSE(log->wait_durable(Lsn(end.value() + 1000), std::chrono::steady_clock::now()));
+}
+
 // How far a source has read its upstream: reported when it passes the log's end, never going
 // back, waking listeners only when it moves, and not kept across a reopen.
 TEST(ChangeLog, ReadThroughIsWhatTheSourceNoted) {
