@@ -4,6 +4,9 @@
 //     Prints {"seq", "subject", "headers", "data"} (data in base64), one JSON line per message
 //     the stream holds (on FILTER_SUBJECT only, when given), in stream order, read with an
 //     ordered consumer: the kind an application writes.
+//   node nats_stream.cjs MODULE SERVERS last STREAM SUBJECT
+//     Prints the stream's last message on SUBJECT (wildcards allowed) as `read` does, or
+//     nothing when it has none.
 //   node nats_stream.cjs MODULE SERVERS add-stream NAME SUBJECT [MAX_BYTES]
 //     Creates a stream (file storage, one replica); with MAX_BYTES it refuses new messages
 //     once that full.
@@ -39,6 +42,23 @@ async function read(nc, stream, filter) {
   }
 }
 
+async function last(nc, stream, subject) {
+  const jsm = await nc.jetstreamManager();
+  let m;
+  try {
+    m = await jsm.streams.getMessage(stream, { last_by_subj: subject });
+  } catch (e) {
+    if (String(e).includes("no message found")) return;
+    throw e;
+  }
+  const headers = {};
+  if (m.header) {
+    for (const [k, v] of m.header) headers[k] = v.length === 1 ? v[0] : v;
+  }
+  process.stdout.write(JSON.stringify({ seq: m.seq, subject: m.subject, headers,
+    data: Buffer.from(m.data).toString("base64") }) + "\n");
+}
+
 async function addStream(nc, name, subject, maxBytes) {
   const jsm = await nc.jetstreamManager();
   const config = { name, subjects: [subject], storage: nats.StorageType.File, num_replicas: 1 };
@@ -53,6 +73,8 @@ async function main() {
   const nc = await nats.connect({ servers: servers.split(","), timeout: 10000 });
   if (command === "read") {
     await read(nc, args[0], args[1]);
+  } else if (command === "last") {
+    await last(nc, args[0], args[1]);
   } else if (command === "add-stream") {
     await addStream(nc, args[0], args[1], args[2]);
   } else if (command === "publish") {

@@ -10,7 +10,10 @@ max_payload lowered to 256 kB, so that a large transaction's log entry is cut in
     0..count-1 and its parts 0..n-1, contiguous) in commit order, no rolled-back one, and replaying
     its JSON changes gives the upstream's tables;
   - a consumer filtered on one table's subject sees exactly that table's messages; a table whose
-    name is not a NATS token gets its escaped subject;
+    name is not a NATS token gets its escaped subject; `pgrelay status` shows the publisher;
+  - every NATS node down for a while: capture goes on, and publishing resumes afterwards;
+  - kill -9 while a 100,000-row transaction is being published (the stream ending inside it):
+    after the restart the stream holds it once, whole, its messages contiguous;
   - bad input, each giving a message that names the fix while capture goes on: no server at the
     URL, wrong credentials (the password never logged), a stream whose subjects do not take
     pgrelay's, a stream that is full, a stream holding a message pgrelay did not write, and a
@@ -56,6 +59,14 @@ class JetStreamClient:
         if r.returncode != 0:
             raise RuntimeError("nats_stream.cjs %s failed: %s" % (" ".join(args), r.stderr[-800:]))
         return r.stdout
+
+    def last(self, stream, subject):
+        out = self.run("last", stream, subject).strip()
+        if not out:
+            return None
+        m = json.loads(out)
+        m["data"] = base64.b64decode(m["data"])
+        return m
 
     def read(self, stream, subject=None):
         out = []
@@ -190,6 +201,7 @@ class Case:
         self.data_dir = os.path.join(env.base, "relay")
         self.writers = []
         self.faults = []
+        self.js = None
 
     def start_relay(self, data_dir=None, port=None, db=DB, extra=(), nats=None, metrics_port=None):
         args = ["--no-tls", "--capture", "native", "--nats", nats or self.cluster.urls()] + list(extra)
@@ -243,6 +255,8 @@ class Case:
     def kill_relay(self):
         pid = self.relay.proc.pid
         self.relay.stop(sig=signal.SIGKILL)
+        if self.js is not None:
+            self.last_of_app_before_restart = self.last_of_app()
         self.relay = self.start_relay(metrics_port=self.metrics_port)
         self.faults.append("pgrelay pid %d killed -9, restarted as %d" % (pid, self.relay.proc.pid))
 
@@ -317,6 +331,75 @@ class Case:
         expect_eq([m["headers"]["Nats-Msg-Id"] for m in got], want, "a consumer filtered on %s: that table's messages, in order" % subject)
         odd = [m for m in self.messages if m["subject"] == "pgrelay.%s.public.Odd~2EName" % DB]
         expect_eq([json.loads(m["data"])["table"] for m in odd], ["Odd.Name"], 'table "Odd.Name" on subject ...public.Odd~2EName')
+
+    def last_of_app(self):
+        return self.js.last("PGRELAY", "pgrelay.%s.>" % DB)
+
+    def fence(self, sql=None):
+        """One transaction on the upstream (`sql`, then a row of table fence); returns its xid."""
+        self.fences = getattr(self, "fences", 1) + 1
+        with psycopg2.connect(self.env.upstream_url(DB)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT txid_current() % 4294967296")
+            xid = cur.fetchone()[0]
+            if sql:
+                cur.execute(sql)
+            cur.execute("INSERT INTO fence VALUES (%s)", (self.fences,))
+        return xid
+
+    def wait_published(self, xid, timeout=120):
+        """Until the stream's last message of the database is the last part of transaction xid."""
+        def done():
+            m = self.last_of_app()
+            if m is None or "Pgrelay-Part" not in m["headers"]:
+                return False
+            _, _, k = parse_msg_id(m["headers"]["Nats-Msg-Id"])
+            parts = int(m["headers"]["Pgrelay-Part"].split("/")[1])
+            return int(m["headers"]["Pgrelay-Xid"]) == xid and k + 1 == parts
+        wait_until(done, timeout, "the stream holding transaction %d whole, last" % xid, 0.5)
+
+    def nats_outage(self):
+        for i in range(self.cluster.size):
+            self.cluster.stop_node(i)
+        before = self.metric("pgrelay_captured_transactions_total") or 0
+        for i in range(30):
+            self.env.db_query(DB, "INSERT INTO scratch VALUES (%d)" % (1000 + i))
+        wait_until(lambda: (self.metric("pgrelay_captured_transactions_total") or 0) >= before + 30, 30,
+                   "30 transactions captured while every NATS node is down")
+        time.sleep(3)
+        expect(self.relay.proc.poll() is None, "pgrelay still runs")
+        for i in range(self.cluster.size):
+            self.cluster.start_node(i)
+        wait_until(self.cluster.ready, 60, "the cluster back", 0.2)
+        self.wait_published(self.fence())
+
+    def killed_inside_a_transaction(self):
+        # About 100,000 change messages and 60 parts: seconds of publishing to be killed inside.
+        p0 = self.metric("pgrelay_nats_published_total") or 0
+        xid = self.fence("INSERT INTO events (writer, body) SELECT -2, repeat('y', 100) FROM generate_series(1, 100000)")
+        wait_until(lambda: (self.metric("pgrelay_nats_published_total") or 0) >= p0 + 20000, 120,
+                   "20,000 of the transaction's messages published", 0.05)
+        self.kill_relay()
+        last = self.faults[-1]
+        self.faults = []
+        cut = self.last_of_app_before_restart
+        lsn, part, k = parse_msg_id(cut["headers"]["Nats-Msg-Id"])
+        count = int(cut["headers"]["Pgrelay-Count"])
+        expect(int(cut["headers"]["Pgrelay-Xid"]) == xid
+               and not (part and k + 1 == int(cut["headers"]["Pgrelay-Part"].split("/")[1])),
+               "killed with the stream ending inside the large transaction", got=cut["headers"])
+        self.wait_published(xid)
+        messages = self.js.read("PGRELAY")
+        ids = [m["headers"]["Nats-Msg-Id"] for m in messages]
+        expect_eq(len(set(ids)), len(ids), "each Msg-Id once in the stream")
+        txs = transactions_of(messages)
+        big = [t for t in txs if t[0] == lsn]
+        expect_eq(len(big), 1, "the transaction once")
+        expect_eq(len(big[0][2]), count, "all its change messages, once, in order")
+        tables = replay(txs)
+        rows = self.env.db_query(DB, "SELECT count(*) FROM events")[0][0]
+        expect_eq(len(tables.get("events", {})), rows, "events replayed from the stream: the upstream's row count")
+        print("    %s; the stream ended at message %d, inside %s (%s); the restart went on right after it" % (
+            last, cut["seq"], lsn, cut["headers"]["Nats-Msg-Id"]))
 
     def status_line(self):
         last = transactions_of(self.js.read("PGRELAY"))[-1][0]
@@ -434,6 +517,10 @@ class Case:
         env.check("a JetStream consumer filtered on one table's subject sees exactly that table's messages",
                   self.filtered_consumer)
         env.check("pgrelay status shows the stream, how far it is published and its lag", self.status_line)
+        env.check("every NATS node down for a while: capture goes on, publishing resumes after the outage",
+                  self.nats_outage)
+        env.check("kill -9 while a 100,000-row transaction is being published: afterwards the stream holds it "
+                  "once, whole, its messages contiguous", self.killed_inside_a_transaction)
         env.check("no NATS server at the URL: the error names the fix, capture goes on", self.unreachable)
         env.check("wrong NATS credentials: the error names the fix, the password is logged nowhere",
                   self.wrong_credentials)
