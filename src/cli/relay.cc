@@ -30,7 +30,7 @@ std::string url_encode(std::string_view text) {
   return out;
 }
 
-// The values /metrics reads at scrape time beside the server's own counters.
+// The NATS publisher's figures for /metrics, read at scrape time.
 void publish_nats_metrics(server::MetricWriter& out, const nats::PublisherFigures& figures,
                           const std::string& stream) {
   const server::MetricLabels labels = {{"stream", stream}};
@@ -52,6 +52,7 @@ void publish_nats_metrics(server::MetricWriter& out, const nats::PublisherFigure
   }
 }
 
+// The values /metrics reads at scrape time beside the server's own counters.
 void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures,
                      server::ReplicationHubs& hubs) {
   std::map<std::string, wire::Lsn> heads;

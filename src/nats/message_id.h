@@ -35,9 +35,10 @@ std::optional<MessageId> parse_message_id(std::string_view text);
 // out its first `skip` messages, or (whole) with the first entry committed after it.
 struct ResumePoint {
   wire::Lsn commit_lsn;
-  bool whole = false;         // the entry at commit_lsn was published whole
-  std::uint64_t skip = 0;     // when not whole: its messages already in the stream
-  std::uint32_t changes = 0;  // when not whole: its change messages (the count it was sent with)
+  bool whole = false;           // the entry at commit_lsn was published whole
+  std::uint64_t skip = 0;       // when not whole: its messages already in the stream
+  std::uint32_t changes = 0;    // when not whole: its change messages (the count it was sent with)
+  std::uint64_t part_size = 0;  // when the last was a part: the size its entry is cut into
 };
 ResumePoint resume_after(const MessageId& last, std::uint32_t count_of_last,
                          std::uint32_t parts_of_last);

@@ -288,7 +288,9 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
     if (stopping()) break;
     auto data = (*cursor)->read_data();
     PGRELAY_TRY(data);
-    auto messages = EntryMessages::make(meta, *data, subjects_, part_size);
+    auto messages =
+        EntryMessages::make(meta, *data, subjects_,
+                            partial && partial->part_size != 0 ? partial->part_size : part_size);
     PGRELAY_TRY(messages);
     if (partial) {
       if (meta.commit_lsn != partial->commit_lsn || messages->change_count() != partial->changes) {

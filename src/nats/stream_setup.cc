@@ -222,17 +222,25 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
             name + ") to publish this log from its start.");
   }
   std::uint32_t parts = 0;
+  std::uint64_t part_size = 0;
   if (id->tx_part) {
     auto part = header(msg.get(), kHeaderPart);
     if (!part) return not_ours("a _tx message without its " + std::string(kHeaderPart) + " header");
-    const auto slash = part->find('/');
-    auto n = slash == std::string_view::npos
-                 ? std::nullopt
-                 : parse_u64(part->substr(slash + 1, part->find('/', slash + 1) - slash - 1));
-    if (!n || *n == 0 || *n > UINT32_MAX) return not_ours("its part header is not pgrelay's");
+    // "k/n/S"
+    const auto first = part->find('/');
+    const auto second = first == std::string_view::npos ? first : part->find('/', first + 1);
+    if (second == std::string_view::npos) return not_ours("its part header is not pgrelay's");
+    auto n = parse_u64(part->substr(first + 1, second - first - 1));
+    auto size = parse_u64(part->substr(second + 1));
+    if (!n || *n == 0 || *n > UINT32_MAX || !size || *size == 0) {
+      return not_ours("its part header is not pgrelay's");
+    }
     parts = static_cast<std::uint32_t>(*n);
+    part_size = *size;
   }
   end.resume = resume_after(*id, static_cast<std::uint32_t>(*count), parts);
+  // An entry resumed inside its parts is cut as it was begun, whatever max_payload is now.
+  end.resume->part_size = part_size;
   return end;
 }
 
