@@ -15,7 +15,7 @@ PGRELAY_TEST_PACKAGES=(
   clang libclang-rt-14-dev
   postgresql-15 postgresql-client-15
   python3-psycopg2
-  nats-server
+  nats-server openssl
 )
 # The end-to-end tests install postgres.js and zero-cache with npm; a machine that already has
 # Node (e.g. from NodeSource, which bundles npm) keeps it, otherwise Debian's npm brings both.

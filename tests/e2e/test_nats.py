@@ -14,8 +14,10 @@ max_payload lowered to 256 kB, so that a large transaction's log entry is cut in
   - every NATS node down for a while: capture goes on, and publishing resumes afterwards;
   - kill -9 while a 100,000-row transaction is being published (the stream ending inside it):
     after the restart the stream holds it once, whole, its messages contiguous;
+  - TLS: a nats-server with a certificate of a test CA takes pgrelay's messages over tls:// with
+    --nats-tls-ca;
   - bad input, each giving a message that names the fix while capture goes on: no server at the
-    URL, wrong credentials (the password never logged), a stream whose subjects do not take
+    URL, wrong credentials (the password never logged), a TLS server whose CA is not given, a stream whose subjects do not take
     pgrelay's, a stream that is full, a stream holding a message pgrelay did not write, and a
     stream written from another pgrelay's log.
 """
@@ -459,6 +461,33 @@ class Case:
             expect(PASSWORD_SEEN_NOWHERE.encode() not in f.read(), "the NATS password in no log line")
         secured.stop()
 
+    def tls(self):
+        d = os.path.join(self.env.base, "nats-tls-certs")
+        os.makedirs(d)
+        ca, ca_key, crt, key = (os.path.join(d, n) for n in ("ca.crt", "ca.key", "server.crt", "server.key"))
+        ext = os.path.join(d, "ext.cnf")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n")
+        for args in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-subj",
+                      "/CN=pgrelay test CA", "-days", "1"],
+                     ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt + ".csr", "-subj", "/CN=127.0.0.1"],
+                     ["x509", "-req", "-in", crt + ".csr", "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", crt,
+                      "-days", "1", "-extfile", ext]):
+            subprocess.run(["openssl"] + args, check=True, capture_output=True)
+        secure = NatsCluster(self.env, "tls", 1, extra='tls { cert_file: "%s", key_file: "%s" }' % (crt, key)).start()
+        url = "tls://127.0.0.1:%d" % secure.ports[0]
+        relay, mp = self.bad_relay("tls_ok", url, extra=["--nats-tls-ca", ca])
+        self.env.db_query("tls_ok", "INSERT INTO t VALUES (1)")
+        wait_until(lambda: (self.metric("pgrelay_nats_published_transactions_total", mp) or 0) >= 1, 60,
+                   "a transaction acked by JetStream over TLS")
+        relay.stop()
+        unverified, mp2 = self.bad_relay("tls_no_ca", url)
+        self.logged(unverified, "the TLS handshake with NATS at %s failed" % url)
+        self.logged(unverified, "--nats-tls-ca")
+        self.captures(unverified, mp2, "tls_no_ca")
+        unverified.stop()
+        secure.stop()
+
     def side_cluster(self):
         if not hasattr(self, "side"):
             self.side = NatsCluster(self.env, "side", 1).start()
@@ -524,6 +553,8 @@ class Case:
         env.check("no NATS server at the URL: the error names the fix, capture goes on", self.unreachable)
         env.check("wrong NATS credentials: the error names the fix, the password is logged nowhere",
                   self.wrong_credentials)
+        env.check("TLS to NATS: published through tls:// with --nats-tls-ca; without the CA the error names the fix",
+                  self.tls)
         env.check("a stream whose subjects do not take pgrelay's: the error names the fix", self.stream_without_subjects)
         env.check("a full stream (max bytes, discard new): the error names the fix, capture goes on", self.stream_full)
         env.check("a stream holding a message pgrelay did not write: refused, naming the fix", self.foreign_message)
