@@ -45,7 +45,7 @@ nlohmann::json tuple_json(const pgoutput::Tuple& tuple, const pgoutput::Relation
 void add_table(nlohmann::json& j, std::uint32_t oid, const pgoutput::Relation* relation) {
   j["relation_oid"] = oid;
   if (relation != nullptr) {
-    j["schema"] = relation->namespace_name.empty() ? "pg_catalog" : relation->namespace_name;
+    j["schema"] = relation->schema();
     j["table"] = relation->name;
   }
 }

@@ -124,8 +124,7 @@ Status TableFilter::add_name(std::string_view qualified_name) {
 
 bool TableFilter::matches(const pgoutput::Relation& relation) const {
   if (oids_.count(relation.oid) != 0) return true;
-  const std::string& schema =
-      relation.namespace_name.empty() ? std::string("pg_catalog") : relation.namespace_name;
+  const std::string schema(relation.schema());
   return names_.count({schema, relation.name}) != 0 || schemas_.count(schema) != 0;
 }
 
@@ -133,8 +132,7 @@ bool TableFilter::matches(const pgoutput::Relation& relation) const {
 
 std::optional<TableRule> PublicationTables::rule_for(const pgoutput::Relation& relation) const {
   // By name, as TableFilter matches (and as the tables were listed when the view was made).
-  const std::string schema =
-      relation.namespace_name.empty() ? std::string("pg_catalog") : relation.namespace_name;
+  const std::string schema(relation.schema());
   auto named = names.find({schema, relation.name});
   if (named != names.end()) {
     auto it = tables.find(named->second);

@@ -41,11 +41,6 @@ class ReaderRelations final : public pgoutput::RelationLookup {
   const log::ChangeReader& reader_;
 };
 
-std::string_view schema_name(const pgoutput::Relation& relation) {
-  return relation.namespace_name.empty() ? std::string_view("pg_catalog")
-                                         : std::string_view(relation.namespace_name);
-}
-
 }  // namespace
 
 EntryMessages::EntryMessages(const log::EntryMeta& meta, ByteView data, const Subjects& subjects,
@@ -106,7 +101,7 @@ Result<bool> EntryMessages::render_next_change() {
               unknown_relation = true;
               return;
             }
-            subjects.push_back(subjects_->table(schema_name(*relation), relation->name));
+            subjects.push_back(subjects_->table(relation->schema(), relation->name));
           };
           if constexpr (std::is_same_v<T, pgoutput::Truncate>) {
             for (pgoutput::Oid oid : m.relation_oids) subject_of(oid);

@@ -105,9 +105,7 @@ void start_line(const char* op, const Relation* relation, std::string& out) {
   out += op;
   out += "\",\"schema\":";
   if (relation != nullptr) {
-    append_name(relation->namespace_name.empty() ? std::string_view("pg_catalog")
-                                                 : std::string_view(relation->namespace_name),
-                out);
+    append_name(relation->schema(), out);
     out += ",\"table\":";
     append_name(relation->name, out);
   } else {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -127,6 +128,11 @@ struct Relation {
   std::string name;
   char replica_identity = kReplicaIdentityDefault;
   std::vector<Column> columns;
+  // The schema's name: namespace_name, or "pg_catalog" where pgoutput sends it empty.
+  std::string_view schema() const {
+    return namespace_name.empty() ? std::string_view("pg_catalog")
+                                  : std::string_view(namespace_name);
+  }
   bool operator==(const Relation&) const = default;
 };
 
