@@ -31,6 +31,12 @@ struct ConnectOptions {
   std::int64_t jetstream_wait_ms = 5000;
 };
 
+struct MsgDeleter {
+  void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
+};
+// A nats.c message, owned.
+using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
+
 // A URL as it may be logged: any password in it replaced by "xxxxx".
 std::string redact_url(const std::string& url);
 // The URLs, redacted, joined by ','.

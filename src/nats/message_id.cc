@@ -43,6 +43,27 @@ std::optional<MessageId> parse_message_id(std::string_view text) {
   return id;
 }
 
+std::string format_part_header(const PartHeader& part) {
+  return std::to_string(part.number) + "/" + std::to_string(part.count) + "/" +
+         std::to_string(part.size);
+}
+
+std::optional<PartHeader> parse_part_header(std::string_view text) {
+  const auto first = text.find('/');
+  const auto second = first == std::string_view::npos ? first : text.find('/', first + 1);
+  if (second == std::string_view::npos) return std::nullopt;
+  auto number = parse_number(text.substr(0, first));
+  auto count = parse_number(text.substr(first + 1, second - first - 1));
+  std::uint64_t size = 0;
+  const std::string_view rest = text.substr(second + 1);
+  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), size);
+  if (!number || !count || ec != std::errc() || ptr != rest.data() + rest.size() || rest.empty() ||
+      *count == 0 || *number >= *count || size == 0) {
+    return std::nullopt;
+  }
+  return PartHeader{*number, *count, size};
+}
+
 ResumePoint resume_after(const MessageId& last, std::uint32_t count_of_last,
                          std::uint32_t parts_of_last) {
   ResumePoint point;

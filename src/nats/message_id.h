@@ -30,6 +30,17 @@ struct MessageId {
 std::string format_message_id(const MessageId& id);
 std::optional<MessageId> parse_message_id(std::string_view text);
 
+// The Pgrelay-Part header of a _tx message, "k/n/S": part k of n, each S bytes but the last.
+struct PartHeader {
+  std::uint32_t number = 0;
+  std::uint32_t count = 0;
+  std::uint64_t size = 0;
+  bool operator==(const PartHeader&) const = default;
+};
+std::string format_part_header(const PartHeader& part);
+// nullopt unless it is one format_part_header() writes (n and S above 0, k below n).
+std::optional<PartHeader> parse_part_header(std::string_view text);
+
 // Where publishing goes on after a stream whose last message is `last`, the last of
 // `parts_of_last` parts when it is a part: with the entry committed at `commit_lsn`, leaving
 // out its first `skip` messages, or (whole) with the first entry committed after it.

@@ -16,11 +16,6 @@ namespace pgrelay::nats {
 
 namespace {
 
-struct MsgDeleter {
-  void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
-};
-using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
-
 // Room left in a message for its subject and headers when the log bytes are cut into parts.
 constexpr std::int64_t kPartHeadroom = 4096;
 
@@ -334,9 +329,8 @@ Status Publisher::publish(const Connection& connection, const OutMessage& messag
   natsMsgHeader_Set(msg.get(), kHeaderCount, count.c_str());
   natsMsgHeader_Set(msg.get(), kHeaderLogId, log_id_.c_str());
   if (message.id.tx_part) {
-    const std::string part = std::to_string(message.id.number) + "/" +
-                             std::to_string(entry.part_count()) + "/" +
-                             std::to_string(entry.part_size());
+    const std::string part =
+        format_part_header({message.id.number, entry.part_count(), entry.part_size()});
     natsMsgHeader_Set(msg.get(), kHeaderPart, part.c_str());
   }
   const std::string id = format_message_id(message.id);

@@ -16,11 +16,7 @@ constexpr std::int64_t kDuplicateWindowNanos = 120'000'000'000;  // 2 minutes
 struct StreamInfoDeleter {
   void operator()(jsStreamInfo* si) const { jsStreamInfo_Destroy(si); }
 };
-struct MsgDeleter {
-  void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
-};
 using StreamInfoPtr = std::unique_ptr<jsStreamInfo, StreamInfoDeleter>;
-using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
 
 std::vector<std::string_view> tokens(std::string_view subject) {
   std::vector<std::string_view> out;
@@ -80,7 +76,8 @@ bool subject_covers(const std::string& pattern, const std::string& wanted) {
 Result<StreamCheck> ensure_stream(const Connection& connection, const std::string& name,
                                   const std::string& subjects, const ConnectOptions& options) {
   StreamCheck check;
-  const int wanted_replicas = std::clamp(connection.known_servers(), 1, 3);
+  const int servers = connection.known_servers();
+  const int wanted_replicas = std::clamp(servers, 1, 3);
   jsStreamInfo* raw = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&raw, connection.js(), name.c_str(), nullptr, &code);
@@ -148,8 +145,7 @@ Result<StreamCheck> ensure_stream(const Connection& connection, const std::strin
   if (config.Replicas < wanted_replicas) {
     check.warnings.push_back({"the JetStream stream " + name + " has " +
                                   std::to_string(config.Replicas) + " replica(s) on a cluster of " +
-                                  std::to_string(connection.known_servers()) +
-                                  " servers: losing one loses the stream",
+                                  std::to_string(servers) + " servers: losing one loses the stream",
                               "Raise its replicas: nats stream edit " + name + " --replicas " +
                                   std::to_string(wanted_replicas) + "."});
   }
@@ -221,26 +217,16 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
         "stream (nats stream rm " +
             name + ") to publish this log from its start.");
   }
-  std::uint32_t parts = 0;
-  std::uint64_t part_size = 0;
+  std::optional<PartHeader> part;
   if (id->tx_part) {
-    auto part = header(msg.get(), kHeaderPart);
-    if (!part) return not_ours("a _tx message without its " + std::string(kHeaderPart) + " header");
-    // "k/n/S"
-    const auto first = part->find('/');
-    const auto second = first == std::string_view::npos ? first : part->find('/', first + 1);
-    if (second == std::string_view::npos) return not_ours("its part header is not pgrelay's");
-    auto n = parse_u64(part->substr(first + 1, second - first - 1));
-    auto size = parse_u64(part->substr(second + 1));
-    if (!n || *n == 0 || *n > UINT32_MAX || !size || *size == 0) {
-      return not_ours("its part header is not pgrelay's");
-    }
-    parts = static_cast<std::uint32_t>(*n);
-    part_size = *size;
+    auto text = header(msg.get(), kHeaderPart);
+    if (!text) return not_ours("a _tx message without its " + std::string(kHeaderPart) + " header");
+    part = parse_part_header(*text);
+    if (!part) return not_ours("its part header is not pgrelay's");
   }
-  end.resume = resume_after(*id, static_cast<std::uint32_t>(*count), parts);
+  end.resume = resume_after(*id, static_cast<std::uint32_t>(*count), part ? part->count : 0);
   // An entry resumed inside its parts is cut as it was begun, whatever max_payload is now.
-  end.resume->part_size = part_size;
+  end.resume->part_size = part ? part->size : 0;
   return end;
 }
 

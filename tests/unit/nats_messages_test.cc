@@ -87,6 +87,15 @@ TEST(NatsMessageId, FormatsAndParses) {
   }
 }
 
+TEST(NatsMessageId, PartHeadersFormatAndParse) {
+  EXPECT_EQ(format_part_header({2, 5, 1044480}), "2/5/1044480");
+  EXPECT_EQ(parse_part_header("2/5/1044480"), (PartHeader{2, 5, 1044480}));
+  for (const char* bad :
+       {"", "2/5", "2/5/", "5/5/10", "0/0/10", "0/1/0", "a/1/10", "0/1/10/2", "00/1/10"}) {
+    EXPECT_FALSE(parse_part_header(bad).has_value()) << bad;
+  }
+}
+
 TEST(NatsMessageId, ResumesAfterTheLastMessageStored) {
   const Lsn lsn = *Lsn::parse("0/16B3748");
   // The last part of an entry: it is whole, go on with the next.
