@@ -28,6 +28,12 @@ bool tls_wanted(const ConnectOptions& options) {
 
 }  // namespace
 
+std::optional<std::string_view> header_value(natsMsg* msg, const char* key) {
+  const char* value = nullptr;
+  if (natsMsgHeader_Get(msg, key, &value) != NATS_OK || value == nullptr) return std::nullopt;
+  return std::string_view(value);
+}
+
 std::string redact_url(const std::string& url) {
   const auto scheme = url.find("://");
   const auto start = scheme == std::string::npos ? 0 : scheme + 3;

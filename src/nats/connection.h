@@ -6,7 +6,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nats/nats.h>
@@ -36,6 +38,9 @@ struct MsgDeleter {
 };
 // A nats.c message, owned.
 using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
+
+// The value of a message's header `key`; nullopt when it has none.
+std::optional<std::string_view> header_value(natsMsg* msg, const char* key);
 
 // A URL as it may be logged: any password in it replaced by "xxxxx".
 std::string redact_url(const std::string& url);

@@ -50,6 +50,7 @@ struct ResumePoint {
   std::uint64_t skip = 0;       // when not whole: its messages already in the stream
   std::uint32_t changes = 0;    // when not whole: its change messages (the count it was sent with)
   std::uint64_t part_size = 0;  // when the last was a part: the size its entry is cut into
+  wire::Lsn previous;           // when not whole: the entry's Pgrelay-Previous-Lsn (invalid: none)
 };
 ResumePoint resume_after(const MessageId& last, std::uint32_t count_of_last,
                          std::uint32_t parts_of_last);

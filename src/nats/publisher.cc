@@ -46,19 +46,12 @@ Publisher::~Publisher() {
 }
 
 void Publisher::start() {
-  if (thread_.joinable()) return;
-  stopping_ = false;
   set_state("connecting");
-  thread_ = std::thread([this] { run(); });
+  thread_.start([this] { run(); });
 }
 
 void Publisher::stop() {
-  {
-    std::lock_guard lock(wait_mu_);
-    stopping_ = true;
-  }
-  wait_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  thread_.stop();
   set_state("stopped");
 }
 
@@ -110,11 +103,6 @@ void Publisher::write_state(bool force) {
   (void)log::write_file_atomically(options_.state_dir, kStateFileName, as_bytes(text));
 }
 
-void Publisher::pause(std::chrono::milliseconds d) {
-  std::unique_lock lock(wait_mu_);
-  wait_cv_.wait_for(lock, d, [this] { return stopping_.load(); });
-}
-
 void Publisher::count_error(const std::string& reason, const std::string& text) {
   std::lock_guard lock(mu_);
   ++figures_.errors[reason];
@@ -122,11 +110,7 @@ void Publisher::count_error(const std::string& reason, const std::string& text) 
 }
 
 void Publisher::report(const Error& error) {
-  {
-    std::lock_guard lock(mu_);
-    if (reported_ == error.message) return;
-    reported_ = error.message;
-  }
+  if (!news_.is_news(error.message)) return;
   logger_.log(LogLevel::kError, "NATS publishing interrupted, retrying: " + error.message,
               {{"stream", options_.stream},
                {"database", options_.database},
@@ -144,10 +128,9 @@ void Publisher::run() {
       report(s.error());
     }
     set_state("retrying");
-    pause(delay);
+    thread_.pause(delay);
     // A session that published something starts the backoff over.
-    std::lock_guard lock(mu_);
-    delay = reported_.empty() ? options_.retry_min : std::min(delay * 2, options_.retry_max);
+    delay = news_.any() ? std::min(delay * 2, options_.retry_max) : options_.retry_min;
   }
 }
 
@@ -224,7 +207,7 @@ Status Publisher::session() {
                                   options_.stream + ")."
                             : "pgrelay goes on from the stream's end once JetStream takes "
                               "messages again."));
-    pause(delay);
+    thread_.pause(delay);
     if (stopping()) return {};
   }
 }
@@ -232,6 +215,7 @@ Status Publisher::session() {
 Status Publisher::publish_from(const Connection& connection, const StreamEnd& end) {
   wire::Lsn start;
   std::optional<ResumePoint> partial;
+  wire::Lsn previous;  // the commit LSN of the entry before the next one, when known
   {
     std::lock_guard lock(mu_);
     expected_last_seq_ = end.last_seq;
@@ -240,6 +224,7 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
   if (end.resume) {
     if (end.resume->whole) {
       start = end.resume->commit_lsn + 1;
+      previous = end.resume->commit_lsn;
       std::lock_guard lock(mu_);
       if (figures_.published_commit_lsn < end.resume->commit_lsn) {
         figures_.published_commit_lsn = end.resume->commit_lsn;
@@ -248,6 +233,7 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
     } else {
       start = end.resume->commit_lsn;
       partial = end.resume;
+      previous = end.resume->previous;
     }
   }
   auto cursor = log_.open_cursor(start);
@@ -304,15 +290,16 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
       auto message = messages->next();
       PGRELAY_TRY(message);
       if (!*message) break;
-      PGRELAY_TRY(publish(connection, **message, *messages));
+      PGRELAY_TRY(publish(connection, **message, *messages, previous));
       if (broken_ || stopping()) break;
     }
+    previous = meta.commit_lsn;
   }
   return {};
 }
 
 Status Publisher::publish(const Connection& connection, const OutMessage& message,
-                          const EntryMessages& entry) {
+                          const EntryMessages& entry, wire::Lsn previous) {
   natsMsg* raw = nullptr;
   natsStatus s = natsMsg_Create(&raw, message.subject.c_str(), nullptr, message.payload.data(),
                                 static_cast<int>(message.payload.size()));
@@ -328,6 +315,9 @@ Status Publisher::publish(const Connection& connection, const OutMessage& messag
   natsMsgHeader_Set(msg.get(), kHeaderCommitTime, time.c_str());
   natsMsgHeader_Set(msg.get(), kHeaderCount, count.c_str());
   natsMsgHeader_Set(msg.get(), kHeaderLogId, log_id_.c_str());
+  if (previous.is_valid()) {
+    natsMsgHeader_Set(msg.get(), kHeaderPrevious, previous.to_string().c_str());
+  }
   if (message.id.tx_part) {
     const std::string part =
         format_part_header({message.id.number, entry.part_count(), entry.part_size()});
@@ -396,7 +386,7 @@ void Publisher::take_ack(const jsPubAck* ack, const jsPubAckErr* error) {
         ++figures_.published_transactions;
         figures_.published_commit_lsn = it->second.commit_lsn;
         figures_.published_end_lsn = it->second.end_lsn;
-        reported_.clear();  // publishing works: the next failure is news again
+        news_.reset();  // publishing works: the next failure is news again
       }
     }
     in_flight_.erase(in_flight_.begin(), end);

@@ -20,15 +20,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
+#include "base/background_thread.h"
 #include "base/logger.h"
 #include "base/result.h"
 #include "log/change_log.h"
@@ -92,8 +91,9 @@ class Publisher {
   // Publishes from the stream's end on; returns on stop() (ok), a failed ack (ok, with
   // broken_ set: the caller reads the end again) or an error.
   Status publish_from(const Connection& connection, const StreamEnd& end);
+  // `previous`: the commit LSN of the log's entry before `entry` (invalid: not known).
   Status publish(const Connection& connection, const OutMessage& message,
-                 const EntryMessages& entry);
+                 const EntryMessages& entry, wire::Lsn previous);
   // After a failed ack or an error: waits for the acks outstanding, drops what is left.
   void drain(const Connection& connection);
   static void on_ack(jsCtx* js, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error, void* closure);
@@ -104,9 +104,7 @@ class Publisher {
   void set_state(const char* state);
   // Rewrites the state file (publisher thread only); `force` even within the second.
   void write_state(bool force);
-  bool stopping() const { return stopping_.load(); }
-  // Sleeps up to `d`, or until stop().
-  void pause(std::chrono::milliseconds d);
+  bool stopping() const { return thread_.stopping(); }
 
   PublisherOptions options_;
   log::ChangeLog& log_;
@@ -114,17 +112,14 @@ class Publisher {
   Subjects subjects_;
   std::string log_id_;
 
-  std::atomic<bool> stopping_{false};
   std::atomic<bool> broken_{false};  // an ack failed: the stream's end must be read again
-  std::thread thread_;
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
+  BackgroundThread thread_;
+  ErrorNews news_;  // which failures to log
 
   mutable std::mutex mu_;  // what follows, shared with nats.c's ack thread
   std::uint64_t expected_last_seq_ = 0;
   std::map<std::uint64_t, InFlight> in_flight_;  // by the stream sequence each must get
   PublisherFigures figures_;
-  std::string reported_;      // the error last logged
   bool state_dirty_ = false;  // the state changed on nats.c's thread: write the file now
   bool warned_ = false;       // the stream's warnings are logged once
   std::chrono::steady_clock::time_point state_written_;

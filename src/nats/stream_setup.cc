@@ -3,9 +3,10 @@
 #include "nats/stream_setup.h"
 
 #include <algorithm>
-#include <charconv>
 #include <memory>
 #include <string_view>
+
+#include "base/strings.h"
 
 namespace pgrelay::nats {
 
@@ -41,19 +42,6 @@ Error js_error(natsStatus status, jsErrCode code, const std::string& what,
         "their configuration).";
   }
   return e;
-}
-
-std::optional<std::uint64_t> parse_u64(std::string_view text) {
-  std::uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) return std::nullopt;
-  return v;
-}
-
-std::optional<std::string_view> header(natsMsg* msg, const char* key) {
-  const char* value = nullptr;
-  if (natsMsgHeader_Get(msg, key, &value) != NATS_OK || value == nullptr) return std::nullopt;
-  return std::string_view(value);
 }
 
 }  // namespace
@@ -167,6 +155,25 @@ Result<StreamCheck> ensure_stream(const Connection& connection, const std::strin
   return check;
 }
 
+Result<StreamBounds> read_stream_bounds(const Connection& connection, const std::string& name,
+                                        const ConnectOptions& options) {
+  jsStreamInfo* raw = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&raw, connection.js(), name.c_str(), nullptr, &code);
+  StreamInfoPtr info(raw);
+  if (s == NATS_NOT_FOUND || code == JSStreamNotFoundErr) {
+    return Error::make(sqlstate::kUndefinedObject,
+                       "the JetStream stream " + name + " does not exist",
+                       "Start the pgrelay that publishes it (pgrelay serve --nats URL "
+                       "--nats-stream " +
+                           name + "), or name the stream it publishes with --nats-stream.");
+  }
+  if (s != NATS_OK) {
+    return js_error(s, code, "could not read the JetStream stream " + name, options);
+  }
+  return StreamBounds{info->State.FirstSeq, info->State.LastSeq};
+}
+
 Result<StreamEnd> read_stream_end(const Connection& connection, const std::string& name,
                                   const Subjects& subjects, std::uint64_t log_id,
                                   const ConnectOptions& options) {
@@ -198,13 +205,13 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
                        "Give pgrelay a stream of its own with --nats-stream NAME (it creates "
                        "it), or another --nats-subject-prefix.");
   };
-  auto id_text = header(msg.get(), "Nats-Msg-Id");
-  auto log_text = header(msg.get(), kHeaderLogId);
-  auto count_text = header(msg.get(), kHeaderCount);
+  auto id_text = header_value(msg.get(), "Nats-Msg-Id");
+  auto log_text = header_value(msg.get(), kHeaderLogId);
+  auto count_text = header_value(msg.get(), kHeaderCount);
   if (!id_text || !log_text || !count_text) return not_ours("it lacks pgrelay's headers");
   auto id = parse_message_id(*id_text);
-  auto log = parse_u64(*log_text);
-  auto count = parse_u64(*count_text);
+  auto log = parse_decimal(*log_text);
+  auto count = parse_decimal(*count_text);
   if (!id || !log || !count || *count > UINT32_MAX)
     return not_ours("its headers are not pgrelay's");
   if (*log != log_id) {
@@ -219,7 +226,7 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
   }
   std::optional<PartHeader> part;
   if (id->tx_part) {
-    auto text = header(msg.get(), kHeaderPart);
+    auto text = header_value(msg.get(), kHeaderPart);
     if (!text) return not_ours("a _tx message without its " + std::string(kHeaderPart) + " header");
     part = parse_part_header(*text);
     if (!part) return not_ours("its part header is not pgrelay's");
@@ -227,6 +234,11 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
   end.resume = resume_after(*id, static_cast<std::uint32_t>(*count), part ? part->count : 0);
   // An entry resumed inside its parts is cut as it was begun, whatever max_payload is now.
   end.resume->part_size = part ? part->size : 0;
+  if (auto previous = header_value(msg.get(), kHeaderPrevious)) {
+    auto lsn = wire::Lsn::parse(*previous);
+    if (!lsn) return not_ours("its " + std::string(kHeaderPrevious) + " header is not an LSN");
+    end.resume->previous = *lsn;
+  }
   return end;
 }
 

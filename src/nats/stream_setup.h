@@ -24,6 +24,10 @@ inline constexpr const char* kHeaderCount = "Pgrelay-Count";
 inline constexpr const char* kHeaderPart = "Pgrelay-Part";
 // The system id of the log the message came from, in decimal.
 inline constexpr const char* kHeaderLogId = "Pgrelay-Log-Id";
+// The commit LSN of the entry before this message's in the log, X/Y: a follower appends an
+// entry only right after that one, so a message lost to the stream's retention is a gap it
+// sees. Absent on the entries of a publisher that began where the log held nothing before.
+inline constexpr const char* kHeaderPrevious = "Pgrelay-Previous-Lsn";
 
 // A message the caller logs at WARNING level.
 struct StreamWarning {
@@ -48,6 +52,15 @@ bool subject_covers(const std::string& pattern, const std::string& wanted);
 // limits) come back as warnings that name the fix.
 Result<StreamCheck> ensure_stream(const Connection& connection, const std::string& name,
                                   const std::string& subjects, const ConnectOptions& options);
+
+// Where a stream's messages begin and end now (retention removes from the front).
+struct StreamBounds {
+  std::uint64_t first_seq = 0;
+  std::uint64_t last_seq = 0;  // 0: the stream is empty
+};
+// Reads them; a stream that does not exist is an error naming how it comes to be.
+Result<StreamBounds> read_stream_bounds(const Connection& connection, const std::string& name,
+                                        const ConnectOptions& options);
 
 // The stream's end, as a publisher of one database's log needs it.
 struct StreamEnd {
