@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "capture/follower/follower_checkpoint.h"
 #include "capture/trigger/pg_session.h"
 #include "log/file_util.h"
 #include "upstream/virtual_catalog.h"
@@ -212,6 +213,16 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   log_options.dir = dir + "/log";
   auto change_log = log::ChangeLog::open(log_options);
   if (!change_log.ok()) return change_log.error();
+  if (auto checkpoint = (*change_log)->last_checkpoint()) {
+    if (auto followed = capture::decode_follower_checkpoint(*checkpoint);
+        !followed.ok() || followed->has_value()) {
+      return Error::make(
+          sqlstate::kObjectNotInPrerequisiteState,
+          "the log in " + log_options.dir + " is a follower's, rebuilt from a NATS stream",
+          "Run this data directory with --follow, or give the capturing pgrelay "
+          "a --data-dir of its own.");
+    }
+  }
   auto running = std::make_shared<Running>();
   running->log = std::move(*change_log);
   auto capture =

@@ -52,29 +52,9 @@ void publish_nats_metrics(server::MetricWriter& out, const nats::PublisherFigure
   }
 }
 
-// The values /metrics reads at scrape time beside the server's own counters.
-void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures,
-                     server::ReplicationHubs& hubs) {
-  std::map<std::string, wire::Lsn> heads;
-  for (const auto& db : captures.figures()) {
-    const server::MetricLabels labels = {{"database", db.database}};
-    out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"},
-                labels, static_cast<double>(db.capture.transactions));
-    out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, labels,
-                static_cast<double>(db.capture.rows));
-    out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"},
-                labels, static_cast<double>(db.capture.reconnects));
-    out.counter({"pgrelay_captured_streamed_transactions_total",
-                 "Transactions native capture took in while they still ran upstream"},
-                labels, static_cast<double>(db.capture.streamed));
-    out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, labels,
-              static_cast<double>(db.log.total_bytes));
-    out.gauge({"pgrelay_log_segments", "Segments of the change log"}, labels,
-              static_cast<double>(db.log.segments));
-    out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, labels,
-              static_cast<double>(db.head.value()));
-    heads[db.database] = db.head;
-  }
+// The slots' lag and the walsenders, beside the databases' log heads.
+void publish_slot_metrics(server::MetricWriter& out, server::ReplicationHubs& hubs,
+                          std::map<std::string, wire::Lsn>& heads) {
   for (const auto& slot : hubs.slots().list()) {
     const std::uint64_t head = heads[slot.database].value();
     std::uint64_t lag =
@@ -86,6 +66,63 @@ void publish_metrics(server::MetricWriter& out, const DatabaseCaptures& captures
   }
   out.gauge({"pgrelay_walsenders", "Replication streams being served"}, {},
             static_cast<double>(hubs.walsenders().list().size()));
+}
+
+// A log's size and head.
+void publish_log_metrics(server::MetricWriter& out, const server::MetricLabels& labels,
+                         const log::LogStats& log, wire::Lsn head) {
+  out.gauge({"pgrelay_log_size_bytes", "Bytes of change log on disk"}, labels,
+            static_cast<double>(log.total_bytes));
+  out.gauge({"pgrelay_log_segments", "Segments of the change log"}, labels,
+            static_cast<double>(log.segments));
+  out.gauge({"pgrelay_log_head_lsn", "End of the last logged transaction, as a number"}, labels,
+            static_cast<double>(head.value()));
+}
+
+// A follower's progress through the stream, and its log.
+void publish_follower_metrics(server::MetricWriter& out, FollowedDatabase& followed,
+                              server::ReplicationHubs& hubs) {
+  const capture::FollowerFigures figures = followed.figures();
+  const server::MetricLabels labels = {{"database", followed.database()}};
+  out.gauge({"pgrelay_follower_applied_seq",
+             "The stream sequence the follower's log holds everything up to"},
+            labels, static_cast<double>(figures.applied_seq));
+  out.gauge({"pgrelay_follower_pending_messages",
+             "Transaction messages of the stream the follower has not read yet"},
+            labels, static_cast<double>(figures.pending_messages));
+  out.counter({"pgrelay_follower_entries_total", "Transactions appended from the stream"}, labels,
+              static_cast<double>(figures.entries));
+  for (const char* reason : {"connection", "stream"}) {
+    auto it = figures.errors.find(reason);
+    out.counter({"pgrelay_follower_errors_total", "Failures to follow the stream, by reason"},
+                {{"database", followed.database()}, {"reason", reason}},
+                it == figures.errors.end() ? 0.0 : static_cast<double>(it->second));
+  }
+  const wire::Lsn head = followed.log().last_end_lsn();
+  publish_log_metrics(out, labels, followed.log().stats(), head);
+  std::map<std::string, wire::Lsn> heads = {{followed.database(), head}};
+  publish_slot_metrics(out, hubs, heads);
+}
+
+// The values /metrics reads at scrape time beside the server's own counters.
+void publish_metrics(server::MetricWriter& out, const std::vector<DatabaseFigures>& databases,
+                     server::ReplicationHubs& hubs) {
+  std::map<std::string, wire::Lsn> heads;
+  for (const auto& db : databases) {
+    const server::MetricLabels labels = {{"database", db.database}};
+    out.counter({"pgrelay_captured_transactions_total", "Transactions captured into the log"},
+                labels, static_cast<double>(db.capture.transactions));
+    out.counter({"pgrelay_captured_changes_total", "Row changes captured into the log"}, labels,
+                static_cast<double>(db.capture.rows));
+    out.counter({"pgrelay_capture_reconnects_total", "Times capture reconnected to the upstream"},
+                labels, static_cast<double>(db.capture.reconnects));
+    out.counter({"pgrelay_captured_streamed_transactions_total",
+                 "Transactions native capture took in while they still ran upstream"},
+                labels, static_cast<double>(db.capture.streamed));
+    publish_log_metrics(out, labels, db.log, db.head);
+    heads[db.database] = db.head;
+  }
+  publish_slot_metrics(out, hubs, heads);
 }
 
 }  // namespace
@@ -109,7 +146,7 @@ Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePl
   relay->pid_file_.emplace(std::move(*pid_file));
   PGRELAY_TRY(relay->start_upstream());
   PGRELAY_TRY(relay->open_slots());
-  PGRELAY_TRY(relay->start_captures());
+  PGRELAY_TRY(relay->plan_.follow ? relay->start_follower() : relay->start_captures());
   PGRELAY_TRY(relay->start_publisher());
   PGRELAY_TRY(relay->configure_sessions());
   PGRELAY_TRY(relay->install_catalog());
@@ -190,6 +227,29 @@ Status Relay::start_captures() {
           {{"database", database}, {"error", other.error().message}, {"hint", other.error().hint}});
     }
   }
+  return {};
+}
+
+Status Relay::start_follower() {
+  const std::string database = plan_.follow->database;
+  auto followed = FollowedDatabase::start(options_.data_dir, *plan_.follow, logger_);
+  if (!followed.ok()) return followed.error();
+  followed_ = std::move(*followed);
+  logger_.info("following the change log published to NATS JetStream",
+               {{"servers", nats::redact_urls(plan_.follow->connect.urls)},
+                {"stream", plan_.follow->stream},
+                {"database", database},
+                {"log_head", followed_->log().last_end_lsn().to_string()}});
+  std::weak_ptr<FollowedDatabase> weak = followed_;
+  hubs_ = std::make_unique<server::ReplicationHubs>(
+      io_.get_executor(), blocking_, *slots_, upstream_, server::CaptureScope(database, {}),
+      [weak](const std::string&) -> Result<server::CapturedParts> {
+        auto self = weak.lock();
+        if (!self) return Error::make(sqlstate::kInternalError, "the follower has stopped");
+        return self->parts(self);
+      });
+  auto opened = hubs_->open(database);
+  if (!opened.ok()) return opened.error();
   return {};
 }
 
@@ -274,6 +334,9 @@ Status Relay::configure_sessions() {
   upstream_tls_ = std::move(*upstream_tls);
   context_.upstream_tls = upstream_tls_.get();
 
+  // A follower's slots are its own, and the upstream's catalog holds the primary's: its
+  // sessions see the upstream's catalog unchanged.
+  if (plan_.follow) return {};
   context_.rewrite = [this](const std::string_view sql,
                             const server::StatementSource& source) -> std::optional<std::string> {
     if (!rewriter_.may_need_rewrite(sql, source)) return std::nullopt;
@@ -285,6 +348,7 @@ Status Relay::configure_sessions() {
 }
 
 Status Relay::install_catalog() {
+  if (plan_.follow) return {};  // the upstream's catalog schema is the primary's
   // The first database's catalog is there before clients come; a failure to install it ends
   // the run (elsewhere it is a warning: pgrelay serves those databases without it).
   auto catalog = upstream::VirtualCatalog::open(upstream_.conninfo(), options_.schema);
@@ -307,7 +371,8 @@ Status Relay::start_listener() {
 Status Relay::start_metrics() {
   // Scrape-time values for /metrics (on the io thread).
   metrics_.add_collector([this](server::MetricWriter& out) {
-    publish_metrics(out, *captures_, *hubs_);
+    if (captures_) publish_metrics(out, captures_->figures(), *hubs_);
+    if (followed_) publish_follower_metrics(out, *followed_, *hubs_);
     if (publisher_) publish_nats_metrics(out, publisher_->figures(), options_.nats_stream);
   });
   if (!plan_.metrics) return {};
@@ -358,6 +423,7 @@ void Relay::announce_ready() {
   logger_.info("ready", {{"listen", host + ":" + std::to_string(port_)},
                          {"upstream", upstream_.describe()},
                          {"private_postgres", embedded_ != nullptr},
+                         {"follower", followed_ != nullptr},
                          {"captured_databases", join(hubs_->captured())}});
 }
 

@@ -11,6 +11,7 @@
 #include "base/logger.h"
 #include "base/result.h"
 #include "cli/database_captures.h"
+#include "cli/followed_database.h"
 #include "cli/pid_file.h"
 #include "cli/serve_command.h"
 #include "cli/serve_plan.h"
@@ -57,6 +58,8 @@ class Relay {
   Status start_upstream();
   Status open_slots();
   Status start_captures();
+  // --follow, instead of start_captures(): the log rebuilt from the primary's stream.
+  Status start_follower();
   Status start_publisher();
   Status configure_sessions();
   Status install_catalog();
@@ -83,7 +86,8 @@ class Relay {
   std::unique_ptr<log::SlotRegistry> slots_;
   Loop io_;
   asio::thread_pool blocking_{4};
-  std::unique_ptr<DatabaseCaptures> captures_;
+  std::unique_ptr<DatabaseCaptures> captures_;  // null in a follower
+  std::shared_ptr<FollowedDatabase> followed_;  // --follow; the hubs share it
   std::unique_ptr<server::ReplicationHubs> hubs_;
   // --nats: publishes the URL's database's log, which the hubs hold.
   std::unique_ptr<nats::Publisher> publisher_;

@@ -199,7 +199,7 @@ Subcommand add_serve_command(CLI::App& parent) {
                       "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
                       "(off by default): capture rate, log size, slot lag, connections, errors"),
       "PGRELAY_METRICS");
-  const char* nats_group = "NATS JetStream (publishing the change log)";
+  const char* nats_group = "NATS JetStream (publishing the change log, or following it)";
   env(cmd->add_option("--nats", options->nats,
                       "Publish every committed transaction of the log to JetStream on these\n"
                       "NATS servers (nats://HOST:PORT or tls://HOST:PORT, comma-separated),\n"
@@ -250,6 +250,17 @@ Subcommand add_serve_command(CLI::App& parent) {
   env(cmd->add_option("--nats-tls-key", options->nats_tls_key, "Its private key (PEM)")
           ->group(nats_group),
       "PGRELAY_NATS_TLS_KEY");
+  env(cmd->add_option("--follow", options->follow,
+                      "Run as a follower: capture nothing, and rebuild the change log from the\n"
+                      "JetStream stream a primary pgrelay publishes with --nats, on these NATS\n"
+                      "servers (comma-separated): the same transactions at the same LSNs. It\n"
+                      "serves replication sessions from that log with slots of its own, and\n"
+                      "needs --upstream (the primary's upstream, or the primary itself), whose\n"
+                      "database it follows, for ordinary sessions and publications. The\n"
+                      "--nats-* options say how to reach the stream.")
+          ->delimiter(',')
+          ->group(nats_group),
+      "PGRELAY_FOLLOW");
   return {cmd, [options] { return run_serve(*options); }};
 }
 

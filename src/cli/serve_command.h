@@ -50,6 +50,9 @@ struct ServeOptions {
   std::string nats_tls_ca;
   std::string nats_tls_cert;
   std::string nats_tls_key;
+  // Following a primary's JetStream stream instead of capturing: the servers' URLs; empty: off.
+  // The stream, subject prefix, credentials and TLS are the --nats-* options'.
+  std::vector<std::string> follow;
 };
 
 // `pgrelay serve` (and `pgrelay` alone: serve a private PostgreSQL) and

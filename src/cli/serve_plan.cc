@@ -117,21 +117,30 @@ Status readable_file(const std::string& path, const char* option) {
                      "Give the path of a file pgrelay's user can read.");
 }
 
-Result<nats::PublisherOptions> plan_nats(const ServeOptions& options) {
-  nats::PublisherOptions out;
-  for (const auto& url : options.nats) {
+// The NATS options --nats and --follow share: the servers (`urls`, from `option`), stream,
+// subject prefix, credentials and TLS.
+struct NatsPlan {
+  nats::ConnectOptions connect;
+  std::string stream;
+  std::string subject_prefix;
+};
+
+Result<NatsPlan> plan_nats(const ServeOptions& options, const std::vector<std::string>& urls,
+                           const std::string& option) {
+  NatsPlan out;
+  for (const auto& url : urls) {
     if (url.empty()) continue;
     const bool scheme = url.find("://") != std::string::npos;
     if (scheme && !url.starts_with("nats://") && !url.starts_with("tls://")) {
       return Error::make(sqlstate::kInvalidParameterValue,
-                         "--nats: " + nats::redact_url(url) + " is not a NATS URL",
+                         option + ": " + nats::redact_url(url) + " is not a NATS URL",
                          "Give nats://HOST:PORT (or tls://HOST:PORT), comma-separated for a "
                          "cluster.");
     }
     out.connect.urls.push_back(scheme ? url : "nats://" + url);
   }
   if (out.connect.urls.empty()) {
-    return Error::make(sqlstate::kInvalidParameterValue, "--nats names no server",
+    return Error::make(sqlstate::kInvalidParameterValue, option + " names no server",
                        "Give nats://HOST:PORT, comma-separated for a cluster.");
   }
   const std::string& stream = options.nats_stream;
@@ -180,6 +189,37 @@ Result<nats::PublisherOptions> plan_nats(const ServeOptions& options) {
   return out;
 }
 
+// --follow: a follower of the --upstream URL's database, which captures nothing itself.
+Result<capture::FollowerOptions> plan_follow(const ServeOptions& options,
+                                             const upstream::UpstreamConfig* upstream) {
+  if (!options.nats.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue, "--follow and --nats exclude each other",
+                       "A follower serves the stream its primary publishes; publish from the "
+                       "primary only (drop --nats here).");
+  }
+  if (upstream == nullptr) {
+    return Error::make(
+        sqlstate::kInvalidParameterValue, "--follow needs --upstream URL",
+        "Give the database the primary captures, or the primary pgrelay's own URL: a follower "
+        "sends ordinary sessions there, and its replication sessions read publications from it. "
+        "It follows that URL's database.");
+  }
+  if (!options.capture.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue, "--capture does not apply to --follow",
+                       "A follower captures nothing: it rebuilds its log from the stream its "
+                       "primary publishes. Drop --capture.");
+  }
+  auto nats = plan_nats(options, options.follow, "--follow");
+  if (!nats.ok()) return nats.error();
+  capture::FollowerOptions out;
+  out.connect = std::move(nats->connect);
+  out.connect.name = "pgrelay follower";
+  out.stream = std::move(nats->stream);
+  out.subject_prefix = std::move(nats->subject_prefix);
+  out.database = upstream->dbname;
+  return out;
+}
+
 }  // namespace
 
 Result<ServePlan> plan_serve(const ServeOptions& options) {
@@ -216,10 +256,18 @@ Result<ServePlan> plan_serve(const ServeOptions& options) {
     if (!address.ok()) return address.error();
     plan.metrics = *address;
   }
-  if (!options.nats.empty()) {
-    auto nats = plan_nats(options);
+  if (!options.follow.empty()) {
+    auto follow = plan_follow(options, plan.upstream ? &*plan.upstream : nullptr);
+    if (!follow.ok()) return follow.error();
+    plan.follow = std::move(*follow);
+  } else if (!options.nats.empty()) {
+    auto nats = plan_nats(options, options.nats, "--nats");
     if (!nats.ok()) return nats.error();
-    plan.nats = std::move(*nats);
+    nats::PublisherOptions publisher;
+    publisher.connect = std::move(nats->connect);
+    publisher.stream = std::move(nats->stream);
+    publisher.subject_prefix = std::move(nats->subject_prefix);
+    plan.nats = std::move(publisher);
   }
   return plan;
 }

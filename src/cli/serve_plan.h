@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "capture/follower/stream_follower.h"
 #include "cli/serve_command.h"
 #include "nats/publisher.h"
 #include "server/auth.h"
@@ -28,6 +29,9 @@ struct ServePlan {
   // --nats and the options beside it; nullopt: no publishing. The database is the URL's,
   // filled in once it is known.
   std::optional<nats::PublisherOptions> nats;
+  // --follow and the NATS options beside it: this pgrelay is a follower of the --upstream
+  // URL's database; nullopt: it captures.
+  std::optional<capture::FollowerOptions> follow;
 };
 
 // Every error here is the options' (exit status 2): nothing has started yet.

@@ -104,6 +104,83 @@ TEST(ServePlan, EachBadNatsOptionIsNamedWithItsFix) {
   EXPECT_EQ(missing.sqlstate, sqlstate::kInvalidParameterValue);
 }
 
+TEST(ServePlan, FollowPlansAFollowerOfTheUpstreamDatabase) {
+  ServeOptions options;
+  options.follow = {"127.0.0.1:4222"};
+  options.upstream = "postgres://u:p@127.0.0.1:5432/app";
+  auto plan = plan_serve(options);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->follow.has_value());
+  EXPECT_EQ(plan->follow->database, "app");
+  EXPECT_EQ(plan->follow->connect.urls, std::vector<std::string>{"nats://127.0.0.1:4222"});
+  EXPECT_EQ(plan->follow->stream, "PGRELAY");
+  EXPECT_EQ(plan->follow->subject_prefix, "pgrelay");
+  EXPECT_EQ(plan->follow->connect.name, "pgrelay follower");
+  EXPECT_FALSE(plan->nats.has_value());  // a follower publishes nothing
+  ASSERT_TRUE(plan->upstream.has_value());
+  EXPECT_EQ(plan->upstream->dbname, "app");
+  EXPECT_FALSE(plan_serve(ServeOptions{})->follow.has_value());
+}
+
+TEST(ServePlan, FollowTakesTheNatsOptions) {
+  ServeOptions options;
+  options.follow = {"nats://n1.example:4222", "tls://n2.example:4222"};
+  options.upstream = "postgres://u@db.example/shop";
+  options.nats_stream = "CDC";
+  options.nats_subject_prefix = "acme.cdc";
+  options.nats_user = "reader";
+  options.nats_password = "secret";
+  auto plan = plan_serve(options);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->follow.has_value());
+  EXPECT_EQ(plan->follow->connect.urls,
+            (std::vector<std::string>{"nats://n1.example:4222", "tls://n2.example:4222"}));
+  EXPECT_EQ(plan->follow->stream, "CDC");
+  EXPECT_EQ(plan->follow->subject_prefix, "acme.cdc");
+  EXPECT_EQ(plan->follow->connect.user, "reader");
+  EXPECT_EQ(plan->follow->connect.password, "secret");
+  EXPECT_EQ(plan->follow->database, "shop");
+  EXPECT_FALSE(plan->nats.has_value());
+}
+
+TEST(ServePlan, EachBadFollowOptionIsNamedWithItsFix) {
+  auto with = [](auto change) {
+    ServeOptions options;
+    options.follow = {"127.0.0.1:4222"};
+    options.upstream = "postgres://u:p@127.0.0.1:5432/app";
+    change(options);
+    return plan_error(options);
+  };
+  Error upstream = with([](ServeOptions& o) { o.upstream.clear(); });
+  EXPECT_EQ(upstream.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(upstream.message.find("--upstream"), std::string::npos) << upstream.message;
+  EXPECT_NE(upstream.message.find("--follow"), std::string::npos) << upstream.message;
+
+  Error nats = with([](ServeOptions& o) { o.nats = {"127.0.0.1:4222"}; });
+  EXPECT_EQ(nats.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(nats.message.find("--nats"), std::string::npos) << nats.message;
+
+  Error capture = with([](ServeOptions& o) { o.capture = "native"; });
+  EXPECT_EQ(capture.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(capture.message.find("--capture"), std::string::npos) << capture.message;
+
+  Error scheme = with([](ServeOptions& o) { o.follow = {"http://x"}; });
+  EXPECT_EQ(scheme.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(scheme.message.find("--follow"), std::string::npos) << scheme.message;
+  EXPECT_EQ(scheme.message.find("--nats"), std::string::npos) << scheme.message;
+  EXPECT_NE(scheme.hint.find("nats://HOST:PORT"), std::string::npos);
+
+  Error none = with([](ServeOptions& o) { o.follow = {""}; });
+  EXPECT_NE(none.message.find("--follow names no server"), std::string::npos) << none.message;
+
+  EXPECT_NE(with([](ServeOptions& o) { o.nats_stream = "a.b"; }).message.find("--nats-stream"),
+            std::string::npos);
+  EXPECT_NE(with([](ServeOptions& o) {
+              o.nats_subject_prefix = "a..b";
+            }).message.find("--nats-subject-prefix"),
+            std::string::npos);
+}
+
 TEST(ServePlan, EachBadOptionIsNamedWithItsFix) {
   ServeOptions listen;
   listen.listen = "localhost:99999";
