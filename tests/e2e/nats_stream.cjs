@@ -10,6 +10,8 @@
 //   node nats_stream.cjs MODULE SERVERS add-stream NAME SUBJECT [MAX_BYTES]
 //     Creates a stream (file storage, one replica); with MAX_BYTES it refuses new messages
 //     once that full.
+//   node nats_stream.cjs MODULE SERVERS purge STREAM SEQ
+//     Removes the stream's messages before sequence SEQ, as its retention limits would.
 //   node nats_stream.cjs MODULE SERVERS publish SUBJECT TEXT
 //     Publishes one message into the stream that takes SUBJECT, without pgrelay's headers.
 "use strict";
@@ -77,6 +79,9 @@ async function main() {
     await last(nc, args[0], args[1]);
   } else if (command === "add-stream") {
     await addStream(nc, args[0], args[1], args[2]);
+  } else if (command === "purge") {
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.purge(args[0], { seq: Number(args[1]) });
   } else if (command === "publish") {
     await nc.jetstream().publish(args[0], new TextEncoder().encode(args[1]));
   } else {
