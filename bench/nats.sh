@@ -79,21 +79,8 @@ pg -c "CREATE TABLE bench (id bigserial PRIMARY KEY, k integer NOT NULL DEFAULT 
                            payload text)" -c "CREATE PUBLICATION bench_pub FOR TABLE bench"
 
 # The cluster: three nodes on loopback.
-SERVERS=""
-ROUTES=""
-for i in 0 1 2; do ROUTES+="${ROUTES:+, }nats-route://127.0.0.1:$((PG_PORT + 10 + i))"; done
-for i in 0 1 2; do
-  cat >"$WORK/n$i.conf" <<EOF
-server_name: n$i
-listen: 127.0.0.1:$((PG_PORT + 20 + i))
-jetstream { store_dir: "$WORK/n$i", max_memory_store: 64MB, max_file_store: 4GB }
-cluster { name: bench, listen: 127.0.0.1:$((PG_PORT + 10 + i)), routes: [$ROUTES] }
-EOF
-  nats-server -c "$WORK/n$i.conf" >"$WORK/n$i.log" 2>&1 &
-  NATS_PIDS+=($!)
-  SERVERS+="${SERVERS:+,}nats://127.0.0.1:$((PG_PORT + 20 + i))"
-done
-for _ in $(seq 100); do grep -q "JetStream cluster new metadata leader" "$WORK"/n*.log && break; sleep 0.2; done
+source bench/nats_cluster.sh
+start_nats_cluster "$WORK" "$PG_PORT"
 
 "$PGRELAY" serve --upstream "postgres://postgres@127.0.0.1:$PG_PORT/bench" --listen "127.0.0.1:$RELAY_PORT" \
   --data-dir "$WORK/relay" --no-tls --capture native --nats "$SERVERS" --metrics "127.0.0.1:$METRICS_PORT" \
