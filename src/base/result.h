@@ -33,6 +33,7 @@ inline constexpr const char* kIoError = "58030";
 inline constexpr const char* kDiskFull = "53100";
 inline constexpr const char* kInsufficientResources = "53000";
 inline constexpr const char* kSystemError = "58000";
+inline constexpr const char* kUndefinedFile = "58P01";
 inline constexpr const char* kAdminShutdown = "57P01";
 }  // namespace sqlstate
 

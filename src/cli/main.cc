@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
 
   std::vector<pgrelay::cli::Subcommand> commands;
   commands.push_back(pgrelay::cli::add_serve_command(app));
+  commands.push_back(pgrelay::cli::add_zero_command(app));
 
   CLI::App* log_cmd = app.add_subcommand("log", "Inspect pgrelay's durable change log.");
   log_cmd->require_subcommand(1);

@@ -1,15 +1,20 @@
 // The composition root of `pgrelay serve`: its parts, owned in start order, stopped in reverse.
 #include "cli/relay.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
+#include "base/child_process.h"
 #include "base/strings.h"
 #include "log/file_util.h"
 #include "server/tls_setup.h"
 #include "upstream/virtual_catalog.h"
 #include "wire/scram.h"
+#include "zero/zero_environment.h"
 
 namespace pgrelay::cli {
 
@@ -154,6 +159,7 @@ Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePl
   PGRELAY_TRY(relay->start_metrics());
   relay->handle_signals();
   relay->announce_ready();
+  PGRELAY_TRY(relay->start_zero());
   return relay;
 }
 
@@ -386,7 +392,14 @@ Status Relay::start_metrics() {
 
 void Relay::handle_signals() {
   signals_.async_wait([this](const std::error_code& error, int) {
-    if (!error) shut_down();
+    if (error) return;
+    if (!zero_) return shut_down();
+    // zero-cache stops first, off the loop: pgrelay serves its sessions while it ends them.
+    logger_.info("stopping zero-cache");
+    asio::post(blocking_, [this] {
+      zero_->stop();
+      asio::post(io_, [this] { shut_down(); });
+    });
   });
 }
 
@@ -410,13 +423,22 @@ void Relay::wait_for_sessions() {
   shutdown_timer_.async_wait([this](const std::error_code&) { wait_for_sessions(); });
 }
 
-void Relay::announce_ready() {
+std::string Relay::client_host() const {
   const std::string& listen_host = plan_.listen.first;
   std::string host = listen_host == "0.0.0.0" || listen_host == "::" ? "127.0.0.1" : listen_host;
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return host;
+}
+
+std::string Relay::client_url(const std::string& database) const {
   std::string url = "postgres://" + url_encode(upstream_.user);
   if (!upstream_.password.empty()) url += ":" + url_encode(upstream_.password);
-  url += "@" + host + ":" + std::to_string(port_) + "/" + url_encode(upstream_.dbname);
+  return url + "@" + client_host() + ":" + std::to_string(port_) + "/" + url_encode(database);
+}
+
+void Relay::announce_ready() {
+  const std::string host = client_host();
+  const std::string url = client_url(upstream_.dbname);
   (void)pid_file_->publish_url(url);
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
@@ -425,6 +447,65 @@ void Relay::announce_ready() {
                          {"private_postgres", embedded_ != nullptr},
                          {"follower", followed_ != nullptr},
                          {"captured_databases", join(hubs_->captured())}});
+}
+
+Status Relay::start_zero() {
+  if (!plan_.zero) return {};
+  const ServePlan::Zero& zero = *plan_.zero;
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(options_.data_dir, ec).string() + "/zero";
+  PGRELAY_TRY(log::ensure_directory(dir));
+  // A Node older than the package asks for is zero-cache's to refuse or not: a warning here.
+  ChildSpec node_version;
+  node_version.argv = {zero.node, "--version"};
+  auto version = read_child_output(node_version);
+  const auto major = version.ok() ? zero::node_major_version(*version) : std::nullopt;
+  const auto least = zero::least_major_version(zero.package.node_engine);
+  if (!major) {
+    logger_.warning("could not tell the version of " + zero.node,
+                    {{"error", version.ok() ? *version : version.error().message}});
+  } else if (least && *major < *least) {
+    logger_.warning("zero-cache " + zero.package.version + " asks for Node " +
+                        zero.package.node_engine + ", and " + zero.node + " is " +
+                        version->substr(0, version->find_first_of("\r\n")),
+                    {{"hint", "Install Node " + std::to_string(*least) +
+                                  " or later, or give its binary with --node PATH."}});
+  }
+  std::vector<std::string> inherited;
+  for (char** entry = environ; *entry != nullptr; ++entry) inherited.emplace_back(*entry);
+  zero::ZeroSupervisorOptions supervised;
+  supervised.environment =
+      zero::zero_cache_environment(inherited, zero.dotenv,
+                                   {{"ZERO_UPSTREAM_DB", client_url(upstream_.dbname)},
+                                    {"ZERO_CVR_DB", client_url("zero_cvr")},
+                                    {"ZERO_CHANGE_DB", client_url("zero_cdb")},
+                                    {"ZERO_REPLICA_FILE", dir + "/replica.db"}});
+  const std::string port = zero::environment_value(supervised.environment, "ZERO_PORT");
+  if (!port.empty()) {
+    auto parsed = parse_decimal(port);
+    if (!parsed || *parsed == 0 || *parsed > 65535) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         "ZERO_PORT=" + port + " is not a port number",
+                         "Set ZERO_PORT (in the environment or ./.env) to a free TCP port, or "
+                         "leave it unset for zero-cache's default, 4848.");
+    }
+    supervised.port = static_cast<int>(*parsed);
+  }
+  supervised.argv = {zero.node, zero.package.entry};
+  supervised.log_path = dir + "/zero-cache.log";
+  supervised.print = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  auto supervisor = zero::ZeroSupervisor::make(std::move(supervised), logger_);
+  if (!supervisor.ok()) return supervisor.error();
+  zero_ = std::move(*supervisor);
+  logger_.info("starting zero-cache", {{"package", zero.package.dir},
+                                       {"version", zero.package.version},
+                                       {"node", zero.node},
+                                       {"log", dir + "/zero-cache.log"}});
+  zero_->start();
+  return {};
 }
 
 int Relay::run() {

@@ -25,6 +25,7 @@
 #include "server/sql_rewrite.h"
 #include "upstream/embedded_postgres.h"
 #include "upstream/upstream_config.h"
+#include "zero/zero_supervisor.h"
 
 namespace pgrelay::cli {
 
@@ -68,6 +69,12 @@ class Relay {
   void handle_signals();
   // "pgrelay ready: URL" on stdout and in the pid file, and the ready log line.
   void announce_ready();
+  // `pgrelay zero`: zero-cache, once clients can connect.
+  Status start_zero();
+  // The host a client on this machine connects to (loopback for a wildcard --listen), and
+  // the URL it connects to `database` with.
+  std::string client_host() const;
+  std::string client_url(const std::string& database) const;
   // Shutdown: stop accepting, let walsenders end their streams with CopyDone and pass-through
   // sessions finish the reply in flight (then FATAL 57P01, as Postgres), close what is left
   // after a few seconds, and stop the loop.
@@ -102,6 +109,8 @@ class Relay {
   std::chrono::steady_clock::time_point shutdown_deadline_ =
       std::chrono::steady_clock::time_point::max();
   int port_ = 0;  // where the listener bound
+  // `pgrelay zero`: started last, stopped first, while pgrelay still serves its sessions.
+  std::unique_ptr<zero::ZeroSupervisor> zero_;
 };
 
 }  // namespace pgrelay::cli

@@ -1,7 +1,10 @@
 // `pgrelay serve`: capture from an upstream, keep the change log, and serve clients.
 #include "cli/serve_command.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "base/logger.h"
@@ -53,7 +56,10 @@ int run_serve(const ServeOptions& options) {
   logger_options.level = *level;
   logger_options.format = *format;
   Logger logger(std::move(logger_options));
-  auto plan = plan_serve(options);
+  std::error_code cwd_error;
+  const char* path = std::getenv("PATH");
+  auto plan =
+      plan_serve(options, std::filesystem::current_path(cwd_error).string(), path ? path : "");
   if (!plan.ok()) {
     logger.error(plan.error());
     return 2;
@@ -69,6 +75,186 @@ int run_serve(const ServeOptions& options) {
 }  // namespace pgrelay::cli
 
 namespace pgrelay::cli {
+
+namespace {
+
+// The options of `pgrelay serve`, which `pgrelay zero` takes too.
+void add_serve_options(CLI::App* cmd, ServeOptions& options) {
+  auto env = [](CLI::Option* option, const char* name) { option->envname(name); };
+  env(cmd->add_option("--upstream,-u", options.upstream,
+                      "The upstream server, as a libpq URL or conninfo string, e.g.\n"
+                      "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients\n"
+                      "log in to pgrelay with this user and password unless --users/--user\n"
+                      "name others. Default: a private PostgreSQL in DATA_DIR/pg."),
+      "PGRELAY_UPSTREAM");
+  env(cmd->add_option("--database", options.databases,
+                      "Private PostgreSQL only: create this database if missing (repeatable),\n"
+                      "e.g. for zero-cache's CVR and change databases. Every database is served\n"
+                      "and, by default, captured (--capture-database). Several names may be\n"
+                      "separated by commas.")
+          ->delimiter(','),
+      "PGRELAY_DATABASE");
+  env(cmd->add_option("--listen,-l", options.listen,
+                      "Address and port clients connect to (HOST:PORT; [::1]:PORT for IPv6)")
+          ->capture_default_str(),
+      "PGRELAY_LISTEN");
+  env(cmd->add_option("--data-dir,-D", options.data_dir,
+                      "Where pgrelay keeps its change log, slots, TLS files and the private\n"
+                      "PostgreSQL; one pgrelay per directory")
+          ->capture_default_str(),
+      "PGRELAY_DATA_DIR");
+  env(cmd->add_option("--capture", options.capture,
+                      "How row changes are captured: trigger (triggers pgrelay installs; any\n"
+                      "upstream, any wal_level), native (pgrelay streams its own logical slot\n"
+                      "from the upstream: needs wal_level = logical and the REPLICATION right;\n"
+                      "writers pay nothing extra), or auto (native where the upstream allows it,\n"
+                      "else trigger; an existing log keeps the mode it was captured with).\n"
+                      "Default: auto for the private PostgreSQL, trigger with --upstream (a slot\n"
+                      "holds the upstream's WAL while pgrelay is down; choose it explicitly)")
+          ->check(CLI::IsMember({"trigger", "native", "auto"})),
+      "PGRELAY_CAPTURE");
+  env(cmd->add_option("--capture-database", options.capture_databases,
+                      "Databases of the upstream whose changes pgrelay captures, besides the\n"
+                      "upstream URL's (always captured): a name (repeatable, or several separated\n"
+                      "by commas), or '*' for every database. Default: '*'. Capture of a database\n"
+                      "starts when a client first uses it through pgrelay (and again at every\n"
+                      "start once it has been), so each has its own log and its slots stream it\n"
+                      "alone. Elsewhere slot creation fails with SQLSTATE 55000 naming this\n"
+                      "option.")
+          ->delimiter(',')
+          ->allow_extra_args(false)
+          ->capture_default_str(),
+      "PGRELAY_CAPTURE_DATABASE");
+  env(cmd->add_option("--schema", options.schema,
+                      "Upstream schema for pgrelay's capture tables, triggers and catalog views")
+          ->capture_default_str(),
+      "PGRELAY_SCHEMA");
+  env(cmd->add_option("--tls-cert", options.tls_cert,
+                      "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a\n"
+                      "self-signed one generated on first start)"),
+      "PGRELAY_TLS_CERT");
+  env(cmd->add_option("--tls-key", options.tls_key, "PEM private key for --tls-cert"),
+      "PGRELAY_TLS_KEY");
+  env(cmd->add_flag("--no-tls", options.no_tls, "Answer SSLRequest with N (no TLS)"),
+      "PGRELAY_NO_TLS");
+  env(cmd->add_option("--wal-sender-timeout", options.wal_sender_timeout_seconds,
+                      "Seconds of consumer silence before a replication stream is ended\n"
+                      "(0 = never), as Postgres's wal_sender_timeout")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "PGRELAY_WAL_SENDER_TIMEOUT");
+  env(cmd->add_option("--authentication-timeout", options.authentication_timeout_seconds,
+                      "Seconds a client has to complete startup and authentication before\n"
+                      "it is disconnected (0 = never), as Postgres's authentication_timeout")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "PGRELAY_AUTHENTICATION_TIMEOUT");
+  env(cmd->add_option("--max-replication-slots", options.max_replication_slots,
+                      "Slots pgrelay keeps at most, as Postgres's max_replication_slots")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber),
+      "PGRELAY_MAX_REPLICATION_SLOTS");
+  env(cmd->add_option(
+          "--auth", options.auth_rules,
+          "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
+          "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
+          "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
+          "has no password and no users are named, and no access from elsewhere)."),
+      "PGRELAY_AUTH");
+  env(cmd->add_option("--users", options.users_file,
+                      "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
+                      "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
+                      "Without it (and --user), clients log in with the upstream URL's user."),
+      "PGRELAY_USERS");
+  env(cmd->add_option("--user", options.users,
+                      "One of pgrelay's own users, \"NAME SECRET [replication]\" as a line of\n"
+                      "--users (repeatable; in the config file: user = [\"...\", ...])"),
+      "PGRELAY_USER");
+  env(cmd->add_option("--pg-bin", options.pg_bin,
+                      "Private PostgreSQL only: directory of its server programs (postgres,\n"
+                      "initdb). Default: pg_config --bindir, PATH, then the newest\n"
+                      "/usr/lib/postgresql/*/bin."),
+      "PGRELAY_PG_BIN");
+  env(cmd->add_option("--run-as", options.run_as,
+                      "Private PostgreSQL only, when pgrelay runs as root: the OS user it runs\n"
+                      "as (PostgreSQL refuses root). Default: postgres if it exists, else nobody."),
+      "PGRELAY_RUN_AS");
+  env(cmd->add_option("--log-level", options.log_level,
+                      "debug, info, warning or error: the least severe lines written")
+          ->capture_default_str(),
+      "PGRELAY_LOG_LEVEL");
+  env(cmd->add_option("--log-format", options.log_format,
+                      "text (Postgres-like lines) or json (one object per line), on stderr")
+          ->capture_default_str(),
+      "PGRELAY_LOG_FORMAT");
+  env(cmd->add_option("--metrics", options.metrics,
+                      "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
+                      "(off by default): capture rate, log size, slot lag, connections, errors"),
+      "PGRELAY_METRICS");
+  const char* nats_group = "NATS JetStream (publishing the change log, or following it)";
+  env(cmd->add_option("--nats", options.nats,
+                      "Publish every committed transaction of the log to JetStream on these\n"
+                      "NATS servers (nats://HOST:PORT or tls://HOST:PORT, comma-separated),\n"
+                      "exactly once and in commit order: one JSON message per row change on\n"
+                      "PREFIX.DATABASE.SCHEMA.TABLE, and each transaction's log entry on\n"
+                      "PREFIX.DATABASE._tx. Off by default. NATS being down never stops capture.")
+          ->delimiter(',')
+          ->group(nats_group),
+      "PGRELAY_NATS");
+  env(cmd->add_option("--nats-stream", options.nats_stream,
+                      "The JetStream stream; created if missing (file storage, up to 3\n"
+                      "replicas, a 2-minute duplicate window)")
+          ->capture_default_str()
+          ->group(nats_group),
+      "PGRELAY_NATS_STREAM");
+  env(cmd->add_option("--nats-subject-prefix", options.nats_subject_prefix,
+                      "The first token(s) of every subject pgrelay publishes on")
+          ->capture_default_str()
+          ->group(nats_group),
+      "PGRELAY_NATS_SUBJECT_PREFIX");
+  env(cmd->add_option("--nats-user", options.nats_user, "NATS user (or in the URL)")
+          ->group(nats_group),
+      "PGRELAY_NATS_USER");
+  env(cmd->add_option("--nats-password", options.nats_password,
+                      "NATS password; better in PGRELAY_NATS_PASSWORD, which ps does not show")
+          ->group(nats_group),
+      "PGRELAY_NATS_PASSWORD");
+  env(cmd->add_option("--nats-token", options.nats_token,
+                      "NATS authentication token; better in PGRELAY_NATS_TOKEN")
+          ->group(nats_group),
+      "PGRELAY_NATS_TOKEN");
+  env(cmd->add_option("--nats-creds", options.nats_creds,
+                      "A NATS .creds file (user JWT and NKey seed)")
+          ->group(nats_group),
+      "PGRELAY_NATS_CREDS");
+  env(cmd->add_option("--nats-nkey", options.nats_nkey, "NKey authentication: PUBLIC_KEY:SEED_FILE")
+          ->group(nats_group),
+      "PGRELAY_NATS_NKEY");
+  env(cmd->add_option("--nats-tls-ca", options.nats_tls_ca,
+                      "TLS to NATS, the servers checked against this CA (PEM)")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_CA");
+  env(cmd->add_option("--nats-tls-cert", options.nats_tls_cert,
+                      "Client certificate (PEM) for NATS servers that ask for one")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_CERT");
+  env(cmd->add_option("--nats-tls-key", options.nats_tls_key, "Its private key (PEM)")
+          ->group(nats_group),
+      "PGRELAY_NATS_TLS_KEY");
+  env(cmd->add_option("--follow", options.follow,
+                      "Run as a follower: capture nothing, and rebuild the change log from the\n"
+                      "JetStream stream a primary pgrelay publishes with --nats, on these NATS\n"
+                      "servers (comma-separated): the same transactions at the same LSNs. It\n"
+                      "serves replication sessions from that log with slots of its own, and\n"
+                      "needs --upstream (the primary's upstream, or the primary itself), whose\n"
+                      "database it follows, for ordinary sessions and publications. The\n"
+                      "--nats-* options say how to reach the stream.")
+          ->delimiter(',')
+          ->group(nats_group),
+      "PGRELAY_FOLLOW");
+}
+
+}  // namespace
 
 Subcommand add_serve_command(CLI::App& parent) {
   auto options = std::make_shared<ServeOptions>();
@@ -88,180 +274,51 @@ Subcommand add_serve_command(CLI::App& parent) {
       "database = [\"zero_cvr\", \"zero_cdb\"], and from the environment variable named after it\n"
       "(PGRELAY_LISTEN, PGRELAY_DATA_DIR, ...). The command line wins over the file, the file\n"
       "over the environment.");
-  auto env = [](CLI::Option* option, const char* name) { option->envname(name); };
-  env(cmd->add_option("--upstream,-u", options->upstream,
-                      "The upstream server, as a libpq URL or conninfo string, e.g.\n"
-                      "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients\n"
-                      "log in to pgrelay with this user and password unless --users/--user\n"
-                      "name others. Default: a private PostgreSQL in DATA_DIR/pg."),
-      "PGRELAY_UPSTREAM");
-  env(cmd->add_option("--database", options->databases,
-                      "Private PostgreSQL only: create this database if missing (repeatable),\n"
-                      "e.g. for zero-cache's CVR and change databases. Every database is served\n"
-                      "and, by default, captured (--capture-database). Several names may be\n"
-                      "separated by commas.")
-          ->delimiter(','),
-      "PGRELAY_DATABASE");
-  env(cmd->add_option("--listen,-l", options->listen,
-                      "Address and port clients connect to (HOST:PORT; [::1]:PORT for IPv6)")
-          ->capture_default_str(),
-      "PGRELAY_LISTEN");
-  env(cmd->add_option("--data-dir,-D", options->data_dir,
-                      "Where pgrelay keeps its change log, slots, TLS files and the private\n"
-                      "PostgreSQL; one pgrelay per directory")
-          ->capture_default_str(),
-      "PGRELAY_DATA_DIR");
-  env(cmd->add_option("--capture", options->capture,
-                      "How row changes are captured: trigger (triggers pgrelay installs; any\n"
-                      "upstream, any wal_level), native (pgrelay streams its own logical slot\n"
-                      "from the upstream: needs wal_level = logical and the REPLICATION right;\n"
-                      "writers pay nothing extra), or auto (native where the upstream allows it,\n"
-                      "else trigger; an existing log keeps the mode it was captured with).\n"
-                      "Default: auto for the private PostgreSQL, trigger with --upstream (a slot\n"
-                      "holds the upstream's WAL while pgrelay is down; choose it explicitly)")
-          ->check(CLI::IsMember({"trigger", "native", "auto"})),
-      "PGRELAY_CAPTURE");
-  env(cmd->add_option("--capture-database", options->capture_databases,
-                      "Databases of the upstream whose changes pgrelay captures, besides the\n"
-                      "upstream URL's (always captured): a name (repeatable, or several separated\n"
-                      "by commas), or '*' for every database. Default: '*'. Capture of a database\n"
-                      "starts when a client first uses it through pgrelay (and again at every\n"
-                      "start once it has been), so each has its own log and its slots stream it\n"
-                      "alone. Elsewhere slot creation fails with SQLSTATE 55000 naming this\n"
-                      "option.")
-          ->delimiter(',')
-          ->allow_extra_args(false)
-          ->capture_default_str(),
-      "PGRELAY_CAPTURE_DATABASE");
-  env(cmd->add_option("--schema", options->schema,
-                      "Upstream schema for pgrelay's capture tables, triggers and catalog views")
-          ->capture_default_str(),
-      "PGRELAY_SCHEMA");
-  env(cmd->add_option("--tls-cert", options->tls_cert,
-                      "PEM certificate chain for TLS (default: DATA_DIR/tls/server.crt, a\n"
-                      "self-signed one generated on first start)"),
-      "PGRELAY_TLS_CERT");
-  env(cmd->add_option("--tls-key", options->tls_key, "PEM private key for --tls-cert"),
-      "PGRELAY_TLS_KEY");
-  env(cmd->add_flag("--no-tls", options->no_tls, "Answer SSLRequest with N (no TLS)"),
-      "PGRELAY_NO_TLS");
-  env(cmd->add_option("--wal-sender-timeout", options->wal_sender_timeout_seconds,
-                      "Seconds of consumer silence before a replication stream is ended\n"
-                      "(0 = never), as Postgres's wal_sender_timeout")
-          ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
-      "PGRELAY_WAL_SENDER_TIMEOUT");
-  env(cmd->add_option("--authentication-timeout", options->authentication_timeout_seconds,
-                      "Seconds a client has to complete startup and authentication before\n"
-                      "it is disconnected (0 = never), as Postgres's authentication_timeout")
-          ->capture_default_str()
-          ->check(CLI::NonNegativeNumber),
-      "PGRELAY_AUTHENTICATION_TIMEOUT");
-  env(cmd->add_option("--max-replication-slots", options->max_replication_slots,
-                      "Slots pgrelay keeps at most, as Postgres's max_replication_slots")
-          ->capture_default_str()
-          ->check(CLI::PositiveNumber),
-      "PGRELAY_MAX_REPLICATION_SLOTS");
-  env(cmd->add_option(
-          "--auth", options->auth_rules,
-          "Authentication rule ADDRESS/PREFIX=METHOD, METHOD one of scram-sha-256, md5,\n"
-          "password, trust, reject; first match wins, e.g. --auth 10.0.0.0/8=md5.\n"
-          "Default: scram-sha-256 everywhere (trust on loopback when the upstream URL\n"
-          "has no password and no users are named, and no access from elsewhere)."),
-      "PGRELAY_AUTH");
-  env(cmd->add_option("--users", options->users_file,
-                      "File of pgrelay's own users, one per line: NAME SECRET [replication],\n"
-                      "SECRET being a SCRAM-SHA-256 (or md5) secret from `pgrelay hash-password`.\n"
-                      "Without it (and --user), clients log in with the upstream URL's user."),
-      "PGRELAY_USERS");
-  env(cmd->add_option("--user", options->users,
-                      "One of pgrelay's own users, \"NAME SECRET [replication]\" as a line of\n"
-                      "--users (repeatable; in the config file: user = [\"...\", ...])"),
-      "PGRELAY_USER");
-  env(cmd->add_option("--pg-bin", options->pg_bin,
-                      "Private PostgreSQL only: directory of its server programs (postgres,\n"
-                      "initdb). Default: pg_config --bindir, PATH, then the newest\n"
-                      "/usr/lib/postgresql/*/bin."),
-      "PGRELAY_PG_BIN");
-  env(cmd->add_option("--run-as", options->run_as,
-                      "Private PostgreSQL only, when pgrelay runs as root: the OS user it runs\n"
-                      "as (PostgreSQL refuses root). Default: postgres if it exists, else nobody."),
-      "PGRELAY_RUN_AS");
-  env(cmd->add_option("--log-level", options->log_level,
-                      "debug, info, warning or error: the least severe lines written")
-          ->capture_default_str(),
-      "PGRELAY_LOG_LEVEL");
-  env(cmd->add_option("--log-format", options->log_format,
-                      "text (Postgres-like lines) or json (one object per line), on stderr")
-          ->capture_default_str(),
-      "PGRELAY_LOG_FORMAT");
-  env(cmd->add_option("--metrics", options->metrics,
-                      "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
-                      "(off by default): capture rate, log size, slot lag, connections, errors"),
-      "PGRELAY_METRICS");
-  const char* nats_group = "NATS JetStream (publishing the change log, or following it)";
-  env(cmd->add_option("--nats", options->nats,
-                      "Publish every committed transaction of the log to JetStream on these\n"
-                      "NATS servers (nats://HOST:PORT or tls://HOST:PORT, comma-separated),\n"
-                      "exactly once and in commit order: one JSON message per row change on\n"
-                      "PREFIX.DATABASE.SCHEMA.TABLE, and each transaction's log entry on\n"
-                      "PREFIX.DATABASE._tx. Off by default. NATS being down never stops capture.")
-          ->delimiter(',')
-          ->group(nats_group),
-      "PGRELAY_NATS");
-  env(cmd->add_option("--nats-stream", options->nats_stream,
-                      "The JetStream stream; created if missing (file storage, up to 3\n"
-                      "replicas, a 2-minute duplicate window)")
-          ->capture_default_str()
-          ->group(nats_group),
-      "PGRELAY_NATS_STREAM");
-  env(cmd->add_option("--nats-subject-prefix", options->nats_subject_prefix,
-                      "The first token(s) of every subject pgrelay publishes on")
-          ->capture_default_str()
-          ->group(nats_group),
-      "PGRELAY_NATS_SUBJECT_PREFIX");
-  env(cmd->add_option("--nats-user", options->nats_user, "NATS user (or in the URL)")
-          ->group(nats_group),
-      "PGRELAY_NATS_USER");
-  env(cmd->add_option("--nats-password", options->nats_password,
-                      "NATS password; better in PGRELAY_NATS_PASSWORD, which ps does not show")
-          ->group(nats_group),
-      "PGRELAY_NATS_PASSWORD");
-  env(cmd->add_option("--nats-token", options->nats_token,
-                      "NATS authentication token; better in PGRELAY_NATS_TOKEN")
-          ->group(nats_group),
-      "PGRELAY_NATS_TOKEN");
-  env(cmd->add_option("--nats-creds", options->nats_creds,
-                      "A NATS .creds file (user JWT and NKey seed)")
-          ->group(nats_group),
-      "PGRELAY_NATS_CREDS");
-  env(cmd->add_option("--nats-nkey", options->nats_nkey,
-                      "NKey authentication: PUBLIC_KEY:SEED_FILE")
-          ->group(nats_group),
-      "PGRELAY_NATS_NKEY");
-  env(cmd->add_option("--nats-tls-ca", options->nats_tls_ca,
-                      "TLS to NATS, the servers checked against this CA (PEM)")
-          ->group(nats_group),
-      "PGRELAY_NATS_TLS_CA");
-  env(cmd->add_option("--nats-tls-cert", options->nats_tls_cert,
-                      "Client certificate (PEM) for NATS servers that ask for one")
-          ->group(nats_group),
-      "PGRELAY_NATS_TLS_CERT");
-  env(cmd->add_option("--nats-tls-key", options->nats_tls_key, "Its private key (PEM)")
-          ->group(nats_group),
-      "PGRELAY_NATS_TLS_KEY");
-  env(cmd->add_option("--follow", options->follow,
-                      "Run as a follower: capture nothing, and rebuild the change log from the\n"
-                      "JetStream stream a primary pgrelay publishes with --nats, on these NATS\n"
-                      "servers (comma-separated): the same transactions at the same LSNs. It\n"
-                      "serves replication sessions from that log with slots of its own, and\n"
-                      "needs --upstream (the primary's upstream, or the primary itself), whose\n"
-                      "database it follows, for ordinary sessions and publications. The\n"
-                      "--nats-* options say how to reach the stream.")
-          ->delimiter(',')
-          ->group(nats_group),
-      "PGRELAY_FOLLOW");
+  add_serve_options(cmd, *options);
   return {cmd, [options] { return run_serve(*options); }};
+}
+
+Subcommand add_zero_command(CLI::App& parent) {
+  auto options = std::make_shared<ServeOptions>();
+  options->zero = true;
+  CLI::App* cmd = parent.add_subcommand(
+      "zero",
+      "Everything a Zero app needs in development, in one command: pgrelay on its private\n"
+      "PostgreSQL (as `pgrelay` alone), with zero-cache's databases zero_cvr and zero_cdb,\n"
+      "and zero-cache itself run beside it, restarted with backoff when it exits.\n"
+      "zero-cache is the app's own: node_modules/@rocicorp/zero, looked for in the working\n"
+      "directory and the directories above it (--zero-cache chooses another), run on the\n"
+      "node found on PATH (--node). It gets ZERO_UPSTREAM_DB, ZERO_CVR_DB and ZERO_CHANGE_DB\n"
+      "pointing at pgrelay, and ZERO_REPLICA_FILE=DATA_DIR/zero/replica.db; every ZERO_*\n"
+      "variable of the environment or of ./.env is passed on and wins over pgrelay's\n"
+      "(ZERO_PORT, default 4848, among them). Its output is shown prefixed with\n"
+      "`zero-cache | ` and kept in DATA_DIR/zero/zero-cache.log. On stdout:\n"
+      "  pgrelay ready: postgres://postgres@HOST:PORT/postgres\n"
+      "  zero-cache ready: http://127.0.0.1:ZERO_PORT   (again after each restart)\n"
+      "Ctrl-C or SIGTERM stops zero-cache, then pgrelay and its PostgreSQL.\n"
+      "Settings go in a [zero] table of the --config file; the options are serve's, and:");
+  add_serve_options(cmd, *options);
+  const char* zero_group = "zero-cache";
+  cmd->add_option("--zero-cache", options->zero_cache,
+                  "@rocicorp/zero's package directory, or an app directory holding\n"
+                  "node_modules/@rocicorp/zero (default: looked for from the working\n"
+                  "directory upward)")
+      ->envname("PGRELAY_ZERO_CACHE")
+      ->group(zero_group);
+  cmd->add_option("--node", options->node,
+                  "The Node.js binary zero-cache runs on (default: node on PATH; zero-cache\n"
+                  "asks for Node 22 or later)")
+      ->envname("PGRELAY_NODE")
+      ->group(zero_group);
+  return {cmd, [options] {
+            for (const char* database : {"zero_cvr", "zero_cdb"}) {
+              auto& list = options->databases;
+              if (std::find(list.begin(), list.end(), database) == list.end()) {
+                list.emplace_back(database);
+              }
+            }
+            return run_serve(*options);
+          }};
 }
 
 Subcommand add_hash_password_command(CLI::App& parent) {

@@ -53,11 +53,18 @@ struct ServeOptions {
   // Following a primary's JetStream stream instead of capturing: the servers' URLs; empty: off.
   // The stream, subject prefix, credentials and TLS are the --nats-* options'.
   std::vector<std::string> follow;
+  // `pgrelay zero`: zero-cache runs beside the private PostgreSQL, supervised.
+  bool zero = false;
+  std::string zero_cache;  // @rocicorp/zero's directory, or an app's; empty: searched upward
+  std::string node;        // the node binary; empty: node on PATH
 };
 
 // `pgrelay serve` (and `pgrelay` alone: serve a private PostgreSQL) and
 // `pgrelay hash-password`.
 Subcommand add_serve_command(CLI::App& parent);
+
+// `pgrelay zero`: `pgrelay` with zero-cache's databases, and zero-cache run beside it.
+Subcommand add_zero_command(CLI::App& parent);
 Subcommand add_hash_password_command(CLI::App& parent);
 
 // `pgrelay hash-password`: reads a password on stdin, prints its SCRAM-SHA-256 secret (or the

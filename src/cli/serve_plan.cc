@@ -10,6 +10,7 @@
 
 #include "server/metrics_endpoint.h"
 #include "wire/scram.h"
+#include "zero/dotenv.h"
 
 namespace pgrelay::cli {
 
@@ -220,9 +221,37 @@ Result<capture::FollowerOptions> plan_follow(const ServeOptions& options,
   return out;
 }
 
+// `pgrelay zero`: zero-cache, the Node it runs on and the app's .env, found before anything
+// starts.
+Result<ServePlan::Zero> plan_zero(const ServeOptions& options, const std::string& cwd,
+                                  const std::string& path) {
+  if (!options.upstream.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "pgrelay zero runs its own PostgreSQL: --upstream does not apply",
+                       "Drop --upstream, or run zero-cache yourself against `pgrelay serve "
+                       "--upstream URL` (ZERO_UPSTREAM_DB set to pgrelay's URL).");
+  }
+  if (!options.follow.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue, "--follow does not apply to pgrelay zero",
+                       "Run a follower with `pgrelay serve --follow`, and zero-cache against it.");
+  }
+  ServePlan::Zero out;
+  auto package = zero::find_zero_cache(options.zero_cache, cwd);
+  if (!package.ok()) return package.error();
+  out.package = std::move(*package);
+  auto node = zero::find_node(options.node, path);
+  if (!node.ok()) return node.error();
+  out.node = std::move(*node);
+  auto dotenv = zero::read_dotenv(cwd + "/.env");
+  if (!dotenv.ok()) return dotenv.error();
+  out.dotenv = std::move(*dotenv);
+  return out;
+}
+
 }  // namespace
 
-Result<ServePlan> plan_serve(const ServeOptions& options) {
+Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd,
+                             const std::string& path) {
   ServePlan plan;
   auto listen = parse_listen(options.listen);
   if (!listen.ok()) return listen.error();
@@ -268,6 +297,11 @@ Result<ServePlan> plan_serve(const ServeOptions& options) {
     publisher.stream = std::move(nats->stream);
     publisher.subject_prefix = std::move(nats->subject_prefix);
     plan.nats = std::move(publisher);
+  }
+  if (options.zero) {
+    auto zero = plan_zero(options, cwd, path);
+    if (!zero.ok()) return zero.error();
+    plan.zero = std::move(*zero);
   }
   return plan;
 }

@@ -1,6 +1,7 @@
 // What `pgrelay serve`'s options ask for, checked before any part starts.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "nats/publisher.h"
 #include "server/auth.h"
 #include "upstream/upstream_config.h"
+#include "zero/zero_cache_package.h"
 
 namespace pgrelay::cli {
 
@@ -32,9 +34,18 @@ struct ServePlan {
   // --follow and the NATS options beside it: this pgrelay is a follower of the --upstream
   // URL's database; nullopt: it captures.
   std::optional<capture::FollowerOptions> follow;
+  // `pgrelay zero`: what zero-cache runs as; nullopt: no zero-cache.
+  struct Zero {
+    zero::ZeroCachePackage package;
+    std::string node;
+    std::map<std::string, std::string> dotenv;  // ./.env
+  };
+  std::optional<Zero> zero;
 };
 
-// Every error here is the options' (exit status 2): nothing has started yet.
-Result<ServePlan> plan_serve(const ServeOptions& options);
+// Every error here is the options' (exit status 2): nothing has started yet. `cwd` and `path`
+// (PATH) are where `pgrelay zero` looks for zero-cache, node and .env.
+Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd = ".",
+                             const std::string& path = "");
 
 }  // namespace pgrelay::cli

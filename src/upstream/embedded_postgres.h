@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "upstream/child_process.h"
+#include "base/child_process.h"
 
 namespace pgrelay::upstream {
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "../unit/log_test_util.h"
@@ -179,6 +180,104 @@ TEST(ServePlan, EachBadFollowOptionIsNamedWithItsFix) {
               o.nats_subject_prefix = "a..b";
             }).message.find("--nats-subject-prefix"),
             std::string::npos);
+}
+
+// An app directory as npm leaves it: node_modules/@rocicorp/zero with its package.json and
+// the zero-cache script it names.
+void install_fake_zero(const std::string& app) {
+  const std::string dir = app + "/node_modules/@rocicorp/zero";
+  std::filesystem::create_directories(dir + "/out/zero/src");
+  std::ofstream(dir + "/package.json") << R"({"name": "@rocicorp/zero", "version": "1.9.0",
+            "bin": {"zero-cache": "./out/zero/src/cli.js", "zero-build-schema": "./x.js"},
+            "engines": {"node": ">=22"}})";
+  std::ofstream(dir + "/out/zero/src/cli.js") << "// zero-cache\n";
+}
+
+TEST(ServePlan, ZeroFindsTheAppsZeroCacheFromBelowAndReadsItsDotenv) {
+  log::testing::TempDir app;
+  install_fake_zero(app.path());
+  std::filesystem::create_directories(app.path() + "/src/components");
+  std::ofstream(app.path() + "/src/components/.env") << "ZERO_PORT=4900\nexport OTHER='x'\n";
+  ServeOptions options;
+  options.zero = true;
+  auto plan = plan_serve(options, app.path() + "/src/components", "/nonexistent:/bin:/usr/bin");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->zero.has_value());
+  EXPECT_EQ(plan->zero->package.dir, app.path() + "/node_modules/@rocicorp/zero");
+  EXPECT_EQ(plan->zero->package.entry,
+            app.path() + "/node_modules/@rocicorp/zero/out/zero/src/cli.js");
+  EXPECT_EQ(plan->zero->package.version, "1.9.0");
+  EXPECT_EQ(plan->zero->package.node_engine, ">=22");
+  EXPECT_EQ(plan->zero->dotenv,
+            (std::map<std::string, std::string>{{"ZERO_PORT", "4900"}, {"OTHER", "x"}}));
+  EXPECT_FALSE(plan_serve(ServeOptions{})->zero.has_value());
+
+  // --zero-cache: the package's directory, or an app's; --node: that binary.
+  log::testing::TempDir elsewhere;
+  options.zero_cache = app.path() + "/node_modules/@rocicorp/zero";
+  options.node = "/bin/sh";
+  plan = plan_serve(options, elsewhere.path(), "");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->zero->node, "/bin/sh");
+  EXPECT_TRUE(plan->zero->dotenv.empty());
+  options.zero_cache = app.path();
+  plan = plan_serve(options, elsewhere.path(), "");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->zero->package.dir, app.path() + "/node_modules/@rocicorp/zero");
+}
+
+TEST(ServePlan, EachBadZeroSettingIsNamedWithItsFix) {
+  log::testing::TempDir app;
+  ServeOptions options;
+  options.zero = true;
+  options.node = "/bin/sh";
+  auto missing = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().sqlstate, sqlstate::kUndefinedFile);
+  EXPECT_NE(missing.error().message.find("zero-cache is not installed"), std::string::npos);
+  EXPECT_NE(missing.error().message.find(app.path()), std::string::npos);
+  EXPECT_NE(missing.error().hint.find("npm install @rocicorp/zero"), std::string::npos);
+  EXPECT_NE(missing.error().hint.find("--zero-cache"), std::string::npos);
+
+  options.zero_cache = app.path() + "/nowhere";
+  auto given = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(given.ok());
+  EXPECT_NE(given.error().message.find("--zero-cache " + app.path() + "/nowhere"),
+            std::string::npos);
+  EXPECT_NE(given.error().hint.find("npm install @rocicorp/zero"), std::string::npos);
+  options.zero_cache.clear();
+
+  install_fake_zero(app.path());
+  options.node.clear();
+  auto no_node = plan_serve(options, app.path(), "/nonexistent");
+  ASSERT_FALSE(no_node.ok());
+  EXPECT_NE(no_node.error().message.find("no node on PATH"), std::string::npos);
+  EXPECT_NE(no_node.error().hint.find("--node"), std::string::npos);
+  options.node = app.path() + "/not-a-node";
+  auto bad_node = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(bad_node.ok());
+  EXPECT_NE(bad_node.error().message.find("--node " + app.path() + "/not-a-node"),
+            std::string::npos);
+  options.node = "/bin/sh";
+
+  std::ofstream(app.path() + "/.env") << "ZERO_PORT=1\nthis is not a variable\n";
+  auto dotenv = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(dotenv.ok());
+  EXPECT_NE(dotenv.error().message.find(app.path() + "/.env, line 2"), std::string::npos)
+      << dotenv.error().message;
+  std::filesystem::remove(app.path() + "/.env");
+
+  std::ofstream(app.path() + "/node_modules/@rocicorp/zero/package.json")
+      << "{\"name\": \"other\"}";
+  auto foreign = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.error().message.find("is not @rocicorp/zero's"), std::string::npos);
+  install_fake_zero(app.path());
+
+  options.upstream = "postgres://u@db/app";
+  auto upstream = plan_serve(options, app.path(), "");
+  ASSERT_FALSE(upstream.ok());
+  EXPECT_NE(upstream.error().message.find("--upstream does not apply"), std::string::npos);
 }
 
 TEST(ServePlan, EachBadOptionIsNamedWithItsFix) {

@@ -1,5 +1,5 @@
 // Starts a program as a child process, optionally as another OS user, and waits for it.
-#include "upstream/child_process.h"
+#include "base/child_process.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -9,10 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-namespace pgrelay::upstream {
+namespace pgrelay {
 
 Result<OsUser> OsUser::lookup(const std::string& name) {
   struct passwd entry;
@@ -51,8 +52,15 @@ Result<pid_t> spawn_child(const ChildSpec& spec) {
   std::vector<char*> argv;
   for (const auto& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  int output = ::open(spec.output_path.empty() ? "/dev/null" : spec.output_path.c_str(),
-                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  std::vector<char*> envp;
+  if (spec.environment) {
+    for (const auto& entry : *spec.environment) envp.push_back(const_cast<char*>(entry.c_str()));
+    envp.push_back(nullptr);
+  }
+  int output = spec.output_fd >= 0
+                   ? ::fcntl(spec.output_fd, F_DUPFD_CLOEXEC, 0)
+                   : ::open(spec.output_path.empty() ? "/dev/null" : spec.output_path.c_str(),
+                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (output < 0) {
     return Error::make(sqlstate::kIoError,
                        "could not open \"" + spec.output_path + "\": " + std::strerror(errno));
@@ -93,7 +101,11 @@ Result<pid_t> spawn_child(const ChildSpec& spec) {
     if (input >= 0) ::dup2(input, STDIN_FILENO);
     ::dup2(output, STDOUT_FILENO);
     ::dup2(output, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    if (spec.environment) {
+      ::execve(argv[0], argv.data(), envp.data());
+    } else {
+      ::execv(argv[0], argv.data());
+    }
     ::_exit(127);
   }
   ::close(output);
@@ -107,6 +119,33 @@ int wait_child(pid_t pid) {
     if (errno != EINTR) return -1;
   }
   return status;
+}
+
+Result<std::string> read_child_output(ChildSpec spec, std::size_t limit) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return Error::make(sqlstate::kInsufficientResources,
+                       std::string("could not make a pipe: ") + std::strerror(errno));
+  }
+  spec.output_fd = pipe_fds[1];
+  auto pid = spawn_child(spec);
+  ::close(pipe_fds[1]);
+  if (!pid.ok()) {
+    ::close(pipe_fds[0]);
+    return pid.error();
+  }
+  std::string out;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buffer, std::min(static_cast<std::size_t>(n), limit - std::min(limit, out.size())));
+  }
+  ::close(pipe_fds[0]);
+  int status = wait_child(*pid);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return out;
+  return Error::make(sqlstate::kSystemError, spec.argv[0] + " " + describe_wait_status(status));
 }
 
 std::string describe_wait_status(int status) {
@@ -134,4 +173,4 @@ Status run_child(const ChildSpec& spec) {
                      detail);
 }
 
-}  // namespace pgrelay::upstream
+}  // namespace pgrelay
