@@ -3,6 +3,7 @@
 #include "zero/zero_supervisor.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "base/child_process.h"
 #include "base/strings.h"
@@ -31,6 +33,27 @@ void write_all(int fd, std::string_view text) {
     if (n <= 0) return;  // the log is best effort: the terminal still shows the line
     text.remove_prefix(static_cast<std::size_t>(n));
   }
+}
+
+// The processes whose environment holds `marker` (NAME=VALUE); those of other users, and
+// zombies (their environment reads empty), are not seen.
+std::vector<pid_t> processes_marked(const std::string& marker) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* entry = ::readdir(proc)) {
+    const std::string_view name = entry->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    std::ifstream in("/proc/" + std::string(name) + "/environ", std::ios::binary);
+    for (std::string variable; std::getline(in, variable, '\0');) {
+      if (variable == marker) {
+        out.push_back(static_cast<pid_t>(std::stol(std::string(name))));
+        break;
+      }
+    }
+  }
+  ::closedir(proc);
+  return out;
 }
 
 }  // namespace
@@ -110,11 +133,19 @@ Result<int> ZeroSupervisor::run_once() {
     return Error::make(sqlstate::kInsufficientResources,
                        std::string("could not make a pipe: ") + std::strerror(errno));
   }
+  std::uint64_t run = 0;
+  {
+    std::lock_guard lock(mu_);
+    run = figures_.starts + 1;
+  }
+  const std::string marker =
+      "PGRELAY_ZERO_RUN=" + std::to_string(::getpid()) + "." + std::to_string(run);
   ChildSpec spec;
   spec.argv = options_.argv;
   spec.environment = options_.environment;
+  spec.environment->push_back(marker);
   spec.output_fd = pipe_fds[1];
-  spec.new_session = true;  // its own process group: stopped whole, and Ctrl-C is pgrelay's
+  spec.new_session = true;  // Ctrl-C in pgrelay's terminal is pgrelay's to pass on
   // A pgrelay killed with -9 takes zero-cache with it; it stops its workers on SIGTERM.
   spec.parent_death_signal = SIGTERM;
   auto pid = spawn_child(spec);
@@ -142,7 +173,7 @@ Result<int> ZeroSupervisor::run_once() {
   int status = 0;
   for (;;) {
     if (thread_.stopping()) {
-      end_process_group(*pid, false, status, open ? out : -1);
+      end_run(*pid, marker, false, status, open ? out : -1);
       break;
     }
     if (open) {
@@ -154,8 +185,8 @@ Result<int> ZeroSupervisor::run_once() {
     }
     if (pid_t done = ::waitpid(*pid, &status, WNOHANG); done == *pid) {
       if (open) read_output(out);
-      // Its workers may outlive it, holding its ports: the group goes with it.
-      end_process_group(*pid, true, status, open ? out : -1);
+      // Its workers may outlive it, holding its ports: they go with it.
+      end_run(*pid, marker, true, status, open ? out : -1);
       break;
     }
     if (!ready && Clock::now() >= next_probe) {
@@ -175,14 +206,18 @@ Result<int> ZeroSupervisor::run_once() {
   return status;
 }
 
-void ZeroSupervisor::end_process_group(pid_t pid, bool leader_ended, int& status, int output_fd) {
-  ::kill(-pid, SIGTERM);
+void ZeroSupervisor::end_run(pid_t pid, const std::string& marker, bool leader_ended, int& status,
+                             int output_fd) {
+  auto signal_all = [&](int signal) {
+    ::kill(-pid, signal);
+    for (pid_t member : processes_marked(marker)) ::kill(member, signal);
+  };
+  signal_all(SIGTERM);
   const auto deadline = Clock::now() + options_.stop_grace;
   bool leader_reaped = leader_ended;
   while (Clock::now() < deadline) {
     if (!leader_reaped && ::waitpid(pid, &status, WNOHANG) == pid) leader_reaped = true;
-    // The group is gone once kill(-pgid, 0) finds no member.
-    if (leader_reaped && ::kill(-pid, 0) != 0 && errno == ESRCH) break;
+    if (leader_reaped && processes_marked(marker).empty()) break;
     if (output_fd >= 0) {
       pollfd p{output_fd, POLLIN, 0};
       ::poll(&p, 1, 50);
@@ -191,7 +226,7 @@ void ZeroSupervisor::end_process_group(pid_t pid, bool leader_ended, int& status
       ::usleep(50 * 1000);
     }
   }
-  ::kill(-pid, SIGKILL);
+  signal_all(SIGKILL);
   if (!leader_reaped) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

@@ -69,9 +69,11 @@ class ZeroSupervisor {
   void flush_partial_line();
   // Whether zero-cache answers GET / on its port.
   bool answers_http() const;
-  // Ends zero-cache's process group (led by `pid`; SIGTERM, then SIGKILL after stop_grace)
-  // and reaps the leader unless `leader_ended`; its wait status goes to `status`.
-  void end_process_group(pid_t pid, bool leader_ended, int& status, int output_fd);
+  // Ends every process of one run of zero-cache (led by `pid`): SIGTERM, then SIGKILL after
+  // stop_grace. zero-cache starts its workers detached, in sessions of their own, so they
+  // are found by the variable `marker` (NAME=VALUE) each inherits, not by process group or
+  // parent. Reaps the leader unless `leader_ended`; its wait status goes to `status`.
+  void end_run(pid_t pid, const std::string& marker, bool leader_ended, int& status, int output_fd);
   void set_state(const char* state, pid_t pid);
 
   ZeroSupervisorOptions options_;
