@@ -96,7 +96,7 @@ start_relay() {  # name port_offset args...
   PORT[$name]=$((PG_PORT + offset))
   MPORT[$name]=$((PG_PORT + offset + 1))
   "$PGRELAY" serve --upstream "$UPSTREAM" --listen "127.0.0.1:${PORT[$name]}" --data-dir "$WORK/$name" --no-tls \
-    --max-replication-slots "$SLOTS" --max-wal-senders "$SLOTS" --metrics "127.0.0.1:${MPORT[$name]}" "$@" \
+    --max-replication-slots "$SLOTS" --metrics "127.0.0.1:${MPORT[$name]}" "$@" \
     >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID[$name]=$!
   for _ in $(seq 300); do grep -q "pgrelay ready" "$WORK/$name.out" && return 0; sleep 0.1; done
