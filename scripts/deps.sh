@@ -5,7 +5,7 @@
 PGRELAY_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libssl-dev libpq-dev libcli11-dev libidn-dev libicu-dev nlohmann-json3-dev
-  libasio-dev libpg-query-dev libprotobuf-c-dev libnats-dev
+  libasio-dev libpg-query-dev libprotobuf-c-dev libnats-dev libcpp-httplib-dev
 )
 # The server programs pgrelay's private PostgreSQL (the default, without --upstream) runs.
 PGRELAY_RUN_PACKAGES=(postgresql-15)
@@ -16,6 +16,7 @@ PGRELAY_TEST_PACKAGES=(
   postgresql-15 postgresql-client-15
   python3-psycopg2
   nats-server openssl
+  chromium
 )
 # The end-to-end tests install postgres.js and zero-cache with npm; a machine that already has
 # Node (e.g. from NodeSource, which bundles npm) keeps it, otherwise Debian's npm brings both.

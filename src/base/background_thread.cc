@@ -21,7 +21,16 @@ void BackgroundThread::stop() {
 
 void BackgroundThread::pause(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+  cv_.wait_for(lock, d, [this] { return stopping_.load() || woken_; });
+  woken_ = false;
+}
+
+void BackgroundThread::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
 }
 
 bool ErrorNews::is_news(const std::string& message) {

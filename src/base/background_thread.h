@@ -24,11 +24,14 @@ class BackgroundThread {
   // Asks the job to stop, wakes it from pause(), and waits for it to return.
   void stop();
   bool stopping() const { return stopping_.load(); }
-  // Sleeps up to `d`, or until stop().
+  // Sleeps up to `d`, or until stop() or wake().
   void pause(std::chrono::milliseconds d);
+  // Ends the job's current pause() (or its next one) early, without stopping it.
+  void wake();
 
  private:
   std::atomic<bool> stopping_{false};
+  bool woken_ = false;  // guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::thread thread_;

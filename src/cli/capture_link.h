@@ -25,6 +25,8 @@ struct CaptureFigures {
 class ServeCapture : public server::CaptureLink {
  public:
   virtual CaptureFigures figures() const = 0;
+  // "trigger" or "native".
+  virtual const char* mode() const = 0;
 };
 
 class TriggerCaptureLink final : public ServeCapture {
@@ -39,6 +41,7 @@ class TriggerCaptureLink final : public ServeCapture {
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;
   CaptureFigures figures() const override;
+  const char* mode() const override { return "trigger"; }
 
   const capture::InstallReport& install_report() const { return service_->install_report(); }
 
@@ -62,6 +65,7 @@ class NativeCaptureLink final : public ServeCapture {
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;
   CaptureFigures figures() const override;
+  const char* mode() const override { return "native"; }
 
   const capture::NativeSetupReport& setup_report() const { return capture_->setup_report(); }
 

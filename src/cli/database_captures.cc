@@ -365,8 +365,8 @@ std::vector<DatabaseFigures> DatabaseCaptures::figures() const {
   for (const auto& [name, weak] : running_) {
     auto running = weak.lock();
     if (!running) continue;
-    out.push_back(
-        {name, running->capture->figures(), running->log->stats(), running->log->last_end_lsn()});
+    out.push_back({name, running->capture->mode(), running->capture->figures(),
+                   running->log->stats(), running->log->last_end_lsn()});
   }
   return out;
 }

@@ -44,6 +44,7 @@ std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& da
 // What /metrics shows of one captured database.
 struct DatabaseFigures {
   std::string database;
+  std::string mode;  // "trigger" or "native"
   CaptureFigures capture;
   log::LogStats log;
   wire::Lsn head;

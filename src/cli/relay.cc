@@ -132,10 +132,11 @@ void publish_metrics(server::MetricWriter& out, const std::vector<DatabaseFigure
 
 }  // namespace
 
-Relay::Relay(const ServeOptions& options, ServePlan plan, Logger& logger)
+Relay::Relay(const ServeOptions& options, ServePlan plan, Logger& logger, const LineTail* log_tail)
     : options_(options),
       plan_(std::move(plan)),
       logger_(logger),
+      log_tail_(log_tail),
       rewriter_(server::RewriteOptions{options.schema}) {}
 
 Relay::~Relay() {
@@ -144,8 +145,8 @@ Relay::~Relay() {
 }
 
 Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePlan plan,
-                                            Logger& logger) {
-  std::unique_ptr<Relay> relay(new Relay(options, std::move(plan), logger));
+                                            Logger& logger, const LineTail* log_tail) {
+  std::unique_ptr<Relay> relay(new Relay(options, std::move(plan), logger, log_tail));
   auto pid_file = PidFile::acquire(options.data_dir);
   if (!pid_file.ok()) return pid_file.error();
   relay->pid_file_.emplace(std::move(*pid_file));
@@ -160,6 +161,7 @@ Result<std::unique_ptr<Relay>> Relay::start(const ServeOptions& options, ServePl
   relay->handle_signals();
   relay->announce_ready();
   PGRELAY_TRY(relay->start_zero());
+  PGRELAY_TRY(relay->start_admin());
   return relay;
 }
 
@@ -393,6 +395,8 @@ Status Relay::start_metrics() {
 void Relay::handle_signals() {
   signals_.async_wait([this](const std::error_code& error, int) {
     if (error) return;
+    if (admin_) admin_->stop();
+    admin_sampler_.stop();
     if (!zero_) return shut_down();
     // zero-cache stops first, off the loop: pgrelay serves its sessions while it ends them.
     logger_.info("stopping zero-cache");
@@ -480,6 +484,9 @@ Status Relay::start_zero() {
                                     {"ZERO_CVR_DB", client_url("zero_cvr")},
                                     {"ZERO_CHANGE_DB", client_url("zero_cdb")},
                                     {"ZERO_REPLICA_FILE", dir + "/replica.db"}});
+  zero_replica_file_ = zero::environment_value(supervised.environment, "ZERO_REPLICA_FILE");
+  zero_app_id_ = zero::environment_value(supervised.environment, "ZERO_APP_ID");
+  if (zero_app_id_.empty()) zero_app_id_ = "zero";  // zero-cache's default
   const std::string port = zero::environment_value(supervised.environment, "ZERO_PORT");
   if (!port.empty()) {
     auto parsed = parse_decimal(port);
@@ -505,6 +512,53 @@ Status Relay::start_zero() {
                                        {"node", zero.node},
                                        {"log", dir + "/zero-cache.log"}});
   zero_->start();
+  return {};
+}
+
+Status Relay::start_admin() {
+  if (!plan_.admin) return {};
+  AdminSources sources;
+  sources.upstream = upstream_.describe();
+  sources.capture_mode = plan_.follow ? "follower" : capture_mode(options_);
+  sources.data_dir = options_.data_dir;
+  sources.private_postgres = embedded_ != nullptr;
+  sources.captures = captures_.get();
+  sources.followed = followed_.get();
+  sources.hubs = hubs_.get();
+  sources.zero = zero_.get();
+  sources.zero_replica_file = zero_replica_file_;
+  sources.zero_app_id = zero_app_id_;
+  sources.pgrelay_log = log_tail_;
+  admin_view_ = std::make_unique<AdminView>(std::move(sources));
+  admin_view_->sample();
+  admin_sampler_.start([this] {
+    while (!admin_sampler_.stopping()) {
+      admin_sampler_.pause(std::chrono::seconds(1));
+      admin_view_->sample();
+    }
+  });
+  admin::AdminServerOptions server_options;
+  server_options.host = plan_.admin->first;
+  server_options.port = plan_.admin->second;
+  server_options.token = options_.admin_token;
+  auto server = admin::AdminServer::start(server_options, admin_view_->handlers(), logger_);
+  if (!server.ok()) {
+    // The page pgrelay zero offers by default is a convenience: a second pgrelay zero on the
+    // same machine goes on without it. One asked for with --admin is not optional.
+    if (options_.zero && options_.admin == "127.0.0.1:6477") {
+      logger_.warning(server.error().message + "; going on without the admin page",
+                      {{"hint", "Give --admin another HOST:PORT."}});
+      return {};
+    }
+    return server.error();
+  }
+  admin_ = std::move(*server);
+  std::string host = plan_.admin->first;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  const std::string url = "http://" + host + ":" + std::to_string(admin_->port()) + "/";
+  std::printf("admin page: %s\n", url.c_str());
+  std::fflush(stdout);
+  logger_.info("serving the admin page", {{"url", url}, {"token", !options_.admin_token.empty()}});
   return {};
 }
 

@@ -8,8 +8,12 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 
+#include "admin/admin_server.h"
+#include "base/background_thread.h"
+#include "base/line_tail.h"
 #include "base/logger.h"
 #include "base/result.h"
+#include "cli/admin_view.h"
 #include "cli/database_captures.h"
 #include "cli/followed_database.h"
 #include "cli/pid_file.h"
@@ -35,9 +39,10 @@ namespace pgrelay::cli {
 // run() serves until SIGINT or SIGTERM, then shuts down as Postgres does.
 class Relay {
  public:
-  // `options` and `logger` must outlive the relay.
+  // `options`, `logger` and `log_tail` (the last lines `logger` wrote, for the admin page;
+  // may be null) must outlive the relay.
   static Result<std::unique_ptr<Relay>> start(const ServeOptions& options, ServePlan plan,
-                                              Logger& logger);
+                                              Logger& logger, const LineTail* log_tail = nullptr);
   ~Relay();
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
@@ -54,7 +59,7 @@ class Relay {
     void drop_pending_work() { shutdown(); }
   };
 
-  Relay(const ServeOptions& options, ServePlan plan, Logger& logger);
+  Relay(const ServeOptions& options, ServePlan plan, Logger& logger, const LineTail* log_tail);
   // The steps of start(), in order.
   Status start_upstream();
   Status open_slots();
@@ -71,6 +76,8 @@ class Relay {
   void announce_ready();
   // `pgrelay zero`: zero-cache, once clients can connect.
   Status start_zero();
+  // --admin: the admin page, and the sampler behind its charts.
+  Status start_admin();
   // The host a client on this machine connects to (loopback for a wildcard --listen), and
   // the URL it connects to `database` with.
   std::string client_host() const;
@@ -84,7 +91,8 @@ class Relay {
   const ServeOptions& options_;
   ServePlan plan_;
   Logger& logger_;
-  server::Metrics metrics_;  // before the loop: sessions it still holds count their end
+  const LineTail* log_tail_;  // the last lines logger_ wrote; may be null
+  server::Metrics metrics_;   // before the loop: sessions it still holds count their end
   std::optional<PidFile> pid_file_;
   // Without --upstream, pgrelay serves a private PostgreSQL of its own. It stops last, once
   // nothing of pgrelay uses it.
@@ -111,6 +119,12 @@ class Relay {
   int port_ = 0;  // where the listener bound
   // `pgrelay zero`: started last, stopped first, while pgrelay still serves its sessions.
   std::unique_ptr<zero::ZeroSupervisor> zero_;
+  std::string zero_replica_file_;
+  std::string zero_app_id_;
+  // --admin: what it shows, sampled once a second, and the server; stopped before the rest.
+  std::unique_ptr<AdminView> admin_view_;
+  BackgroundThread admin_sampler_;
+  std::unique_ptr<admin::AdminServer> admin_;
 };
 
 }  // namespace pgrelay::cli

@@ -1,12 +1,16 @@
 // `pgrelay serve`: capture from an upstream, keep the change log, and serve clients.
 #include "cli/serve_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
+#include "base/line_tail.h"
 #include "base/logger.h"
 #include "cli/relay.h"
 #include "cli/serve_plan.h"
@@ -52,9 +56,20 @@ int run_serve(const ServeOptions& options) {
     return 2;
   }
   // Declared before the relay: sessions its loop still holds log their end when it goes.
+  // The last lines go to the admin page's log tail as well as to stderr.
+  LineTail log_tail(2000);
   LoggerOptions logger_options;
   logger_options.level = *level;
   logger_options.format = *format;
+  logger_options.sink = [&log_tail](std::string_view line) {
+    for (std::string_view rest = line; !rest.empty();) {
+      const ssize_t n = ::write(2, rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    log_tail.add(line);
+  };
   Logger logger(std::move(logger_options));
   std::error_code cwd_error;
   const char* path = std::getenv("PATH");
@@ -64,7 +79,7 @@ int run_serve(const ServeOptions& options) {
     logger.error(plan.error());
     return 2;
   }
-  auto relay = Relay::start(options, std::move(*plan), logger);
+  auto relay = Relay::start(options, std::move(*plan), logger, &log_tail);
   if (!relay.ok()) {
     logger.error(relay.error());
     return 1;
@@ -191,6 +206,18 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
                       "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
                       "(off by default): capture rate, log size, slot lag, connections, errors"),
       "PGRELAY_METRICS");
+  env(cmd->add_option("--admin", options.admin,
+                      "Serve the admin page on HOST:PORT (e.g. 127.0.0.1:6477; 'off' for none):\n"
+                      "upstream, capture, logs' heads, slots and their lag, charts of the last\n"
+                      "10 minutes, the tails of pgrelay's, PostgreSQL's and zero-cache's logs,\n"
+                      "and zero-cache's restart and reset; its JSON API is under /api/.\n"
+                      "Default: 127.0.0.1:6477 with `pgrelay zero`, off otherwise"),
+      "PGRELAY_ADMIN");
+  env(cmd->add_option("--admin-token", options.admin_token,
+                      "A secret every request to the admin page must carry (?token=TOKEN or\n"
+                      "Authorization: Bearer TOKEN); needed for --admin beyond loopback. Best\n"
+                      "given as PGRELAY_ADMIN_TOKEN"),
+      "PGRELAY_ADMIN_TOKEN");
   const char* nats_group = "NATS JetStream (publishing the change log, or following it)";
   env(cmd->add_option("--nats", options.nats,
                       "Publish every committed transaction of the log to JetStream on these\n"
@@ -281,6 +308,7 @@ Subcommand add_serve_command(CLI::App& parent) {
 Subcommand add_zero_command(CLI::App& parent) {
   auto options = std::make_shared<ServeOptions>();
   options->zero = true;
+  options->admin = "127.0.0.1:6477";
   CLI::App* cmd = parent.add_subcommand(
       "zero",
       "Everything a Zero app needs in development, in one command: pgrelay on its private\n"

@@ -38,6 +38,10 @@ struct ServeOptions {
   std::string log_level = "info";
   std::string log_format = "text";
   std::string metrics;  // HOST:PORT of the /metrics endpoint; empty: off
+  // The admin page: HOST:PORT; empty: off ("127.0.0.1:6477" by default with `pgrelay zero`).
+  // Anywhere but loopback it needs admin_token, which every request must then carry.
+  std::string admin;
+  std::string admin_token;  // best from PGRELAY_ADMIN_TOKEN: a command line is visible
   // Publishing the change log to NATS JetStream: the servers' URLs; empty: off.
   std::vector<std::string> nats;
   std::string nats_stream = "PGRELAY";

@@ -221,6 +221,25 @@ Result<capture::FollowerOptions> plan_follow(const ServeOptions& options,
   return out;
 }
 
+// --admin HOST:PORT; beyond loopback only with --admin-token.
+Result<std::pair<std::string, int>> plan_admin(const ServeOptions& options) {
+  auto address = server::parse_metrics_address(options.admin);
+  if (!address.ok()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "invalid --admin value \"" + options.admin + "\"",
+                       "Use HOST:PORT, e.g. --admin 127.0.0.1:6477, a port alone, or off.");
+  }
+  const std::string& host = address->first;
+  const bool loopback = host == "localhost" || host == "::1" || host.starts_with("127.");
+  if (!loopback && options.admin_token.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "--admin " + options.admin + " is beyond loopback and has no token",
+                       "Give --admin-token (best as PGRELAY_ADMIN_TOKEN), which every request "
+                       "must then carry, or serve the page on 127.0.0.1.");
+  }
+  return address;
+}
+
 // `pgrelay zero`: zero-cache, the Node it runs on and the app's .env, found before anything
 // starts.
 Result<ServePlan::Zero> plan_zero(const ServeOptions& options, const std::string& cwd,
@@ -284,6 +303,11 @@ Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd
     auto address = server::parse_metrics_address(options.metrics);
     if (!address.ok()) return address.error();
     plan.metrics = *address;
+  }
+  if (!options.admin.empty() && options.admin != "off") {
+    auto admin = plan_admin(options);
+    if (!admin.ok()) return admin.error();
+    plan.admin = *admin;
   }
   if (!options.follow.empty()) {
     auto follow = plan_follow(options, plan.upstream ? &*plan.upstream : nullptr);

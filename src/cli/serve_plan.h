@@ -22,6 +22,7 @@ struct ServePlan {
   std::optional<upstream::UpstreamConfig> upstream;
   std::pair<std::string, int> listen;                  // host, port
   std::optional<std::pair<std::string, int>> metrics;  // --metrics; nullopt: off
+  std::optional<std::pair<std::string, int>> admin;    // --admin; nullopt: off
   // pgrelay's own users (--users, --user); nullopt: the upstream's user and password.
   std::optional<std::vector<server::User>> users;
   // --auth rules, in the order they apply (the last given first).

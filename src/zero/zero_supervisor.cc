@@ -101,12 +101,54 @@ void ZeroSupervisor::set_state(const char* state, pid_t pid) {
   figures_.pid = pid;
 }
 
+Status ZeroSupervisor::restart(std::function<Status()> between) {
+  std::lock_guard one_at_a_time(restart_mu_);
+  auto request = std::make_shared<RestartRequest>();
+  request->between = std::move(between);
+  auto done = request->done.get_future();
+  if (thread_.stopping()) {
+    return Error::make(sqlstate::kAdminShutdown, "pgrelay is stopping zero-cache");
+  }
+  {
+    std::lock_guard lock(mu_);
+    restart_ = request;
+  }
+  restart_requested_ = true;
+  thread_.wake();
+  if (done.wait_for(options_.stop_grace + std::chrono::seconds(60)) != std::future_status::ready) {
+    return Error::make(sqlstate::kSystemError, "zero-cache did not restart in time",
+                       "See pgrelay's log and DATA_DIR/zero/zero-cache.log.");
+  }
+  return done.get();
+}
+
+void ZeroSupervisor::answer_restart(const Status& instead) {
+  std::shared_ptr<RestartRequest> request;
+  {
+    std::lock_guard lock(mu_);
+    request = std::exchange(restart_, nullptr);
+  }
+  restart_requested_ = false;
+  if (!request) return;
+  if (!instead.ok()) {
+    request->done.set_value(instead);
+    return;
+  }
+  request->done.set_value(request->between ? request->between() : Status{});
+}
+
 void ZeroSupervisor::run() {
   auto backoff = options_.backoff_min;
   while (!thread_.stopping()) {
+    if (restart_requested_) {
+      answer_restart();
+      backoff = options_.backoff_min;
+      logger_.info("starting zero-cache again, as asked");
+    }
     const auto began = Clock::now();
     auto status = run_once();
     if (thread_.stopping()) break;
+    if (restart_requested_) continue;  // answered before the next start
     if (Clock::now() - began >= options_.stable_after) backoff = options_.backoff_min;
     std::vector<std::string> tail;
     {
@@ -124,6 +166,7 @@ void ZeroSupervisor::run() {
     thread_.pause(backoff);
     backoff = std::min(backoff * 2, options_.backoff_max);
   }
+  answer_restart(Error::make(sqlstate::kAdminShutdown, "pgrelay is stopping"));
   set_state("stopped", 0);
 }
 
@@ -172,7 +215,7 @@ Result<int> ZeroSupervisor::run_once() {
   auto next_probe = Clock::now() + kProbeInterval;
   int status = 0;
   for (;;) {
-    if (thread_.stopping()) {
+    if (thread_.stopping() || restart_requested_) {
       end_run(*pid, marker, false, status, open ? out : -1);
       break;
     }

@@ -4,10 +4,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -57,8 +59,17 @@ class ZeroSupervisor {
   // supervision with it.
   void stop();
   ZeroFigures figures() const;
+  // Ends the running zero-cache as stop() does, runs `between` while none runs (reset: its
+  // slots and replica go), and starts zero-cache again at once, without backoff. Returns what
+  // `between` returned (zero-cache starts again either way). Blocks; not on the
+  // supervisor's own thread.
+  Status restart(std::function<Status()> between = {});
 
  private:
+  struct RestartRequest {
+    std::function<Status()> between;
+    std::promise<Status> done;
+  };
   ZeroSupervisor(ZeroSupervisorOptions options, Logger& logger, int log_fd);
   void run();
   // One life of zero-cache, from its start to its end or to stop(); its wait status.
@@ -75,12 +86,17 @@ class ZeroSupervisor {
   // parent. Reaps the leader unless `leader_ended`; its wait status goes to `status`.
   void end_run(pid_t pid, const std::string& marker, bool leader_ended, int& status, int output_fd);
   void set_state(const char* state, pid_t pid);
+  // Runs a pending restart's `between`, while no zero-cache runs, and answers it.
+  void answer_restart(const Status& instead = {});
 
   ZeroSupervisorOptions options_;
   Logger& logger_;
   int log_fd_;
   std::string partial_;  // an unfinished line (supervisor thread)
   BackgroundThread thread_;
+  std::mutex restart_mu_;  // one restart at a time
+  std::atomic<bool> restart_requested_{false};
+  std::shared_ptr<RestartRequest> restart_;  // guarded by mu_
 
   mutable std::mutex mu_;  // what follows
   ZeroFigures figures_;

@@ -280,6 +280,30 @@ TEST(ServePlan, EachBadZeroSettingIsNamedWithItsFix) {
   EXPECT_NE(upstream.error().message.find("--upstream does not apply"), std::string::npos);
 }
 
+TEST(ServePlan, TheAdminPageIsLoopbackUnlessItHasAToken) {
+  ServeOptions options;
+  EXPECT_FALSE(plan_serve(options)->admin.has_value());  // off by default
+  options.admin = "127.0.0.1:6477";
+  EXPECT_EQ(plan_serve(options)->admin, std::make_pair(std::string("127.0.0.1"), 6477));
+  options.admin = "7000";
+  EXPECT_EQ(plan_serve(options)->admin, std::make_pair(std::string("127.0.0.1"), 7000));
+  options.admin = "off";
+  EXPECT_FALSE(plan_serve(options)->admin.has_value());
+
+  options.admin = "0.0.0.0:6477";
+  Error open = plan_error(options);
+  EXPECT_EQ(open.sqlstate, sqlstate::kInvalidParameterValue);
+  EXPECT_NE(open.message.find("--admin 0.0.0.0:6477"), std::string::npos) << open.message;
+  EXPECT_NE(open.hint.find("--admin-token"), std::string::npos) << open.hint;
+  options.admin_token = "s3cret";
+  EXPECT_EQ(plan_serve(options)->admin, std::make_pair(std::string("0.0.0.0"), 6477));
+
+  options.admin = "localhost:99999";
+  Error bad = plan_error(options);
+  EXPECT_NE(bad.message.find("invalid --admin value"), std::string::npos) << bad.message;
+  EXPECT_NE(bad.hint.find("HOST:PORT"), std::string::npos);
+}
+
 TEST(ServePlan, EachBadOptionIsNamedWithItsFix) {
   ServeOptions listen;
   listen.listen = "localhost:99999";
