@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "capture/follower/follower_checkpoint.h"
 #include "cli/admin_commands.h"
 #include "cli/change_json.h"
 #include "cli/database_captures.h"
@@ -252,6 +253,19 @@ int run_status(const StatusOptions& options) {
     if (published) nats_lag = head > published->value() ? head - published->value() : 0;
   }
 
+  // A follower's log (serve --follow) remembers how far it holds the stream it rebuilds from.
+  std::optional<capture::FollowerCheckpoint> followed;
+  if (changelog) {
+    if (auto checkpoint = changelog->last_checkpoint()) {
+      auto decoded = capture::decode_follower_checkpoint(*checkpoint);
+      if (!decoded.ok()) {
+        warn("the follower's checkpoint is damaged: " + decoded.error().message);
+      } else if (decoded->has_value()) {
+        followed = **decoded;
+      }
+    }
+  }
+
   const std::string shown_url = admin::mask_password(url);
   const char* method =
       "entries of the change log whose commit time (the upstream's clock) lies within the last "
@@ -315,6 +329,13 @@ int run_status(const StatusOptions& options) {
     } else {
       j["nats"] = nullptr;
     }
+    if (followed) {
+      j["follower"] = {{"stream", followed->stream},
+                       {"log_id", followed->log_id},
+                       {"stream_seq", followed->stream_seq}};
+    } else {
+      j["follower"] = nullptr;
+    }
     j["warnings"] = warnings;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return server->running ? 0 : admin::kExitNotRunning;
@@ -366,6 +387,12 @@ int run_status(const StatusOptions& options) {
                 current ? "" : (" as of " + nats->value("written_at", std::string("?"))).c_str());
     const std::string error = nats->value("last_error", std::string());
     if (!error.empty()) std::printf("               last error: %s\n", error.c_str());
+  }
+
+  if (followed) {
+    std::printf("follower:      of JetStream stream %s (the primary's log %" PRIu64
+                "): the log holds the stream through sequence %" PRIu64 "\n",
+                followed->stream.c_str(), followed->log_id, followed->stream_seq);
   }
 
   const char* where = slots->source == "server" ? "from the server"

@@ -1,5 +1,6 @@
 # Followers of a primary's JetStream stream: logs rebuilt at the primary's LSNs, the same
 # pgoutput bytes served from them, consumer failover and kill -9, retention, and bad input.
+import json
 import os
 import random
 import re
@@ -415,6 +416,21 @@ class Case:
                 expect((self.metric(name, "pgrelay_follower_entries_total") or 0) > 0, "follower %s's entries" % name)
         env.check("metrics: pgrelay_follower_applied_seq, _pending_messages, _entries_total", metrics)
 
+        def status():
+            data_dir = os.path.join(env.base, "follower-b")
+            r = subprocess.run([env.pgrelay, "status", "-D", data_dir, "--json"], capture_output=True, text=True,
+                               timeout=60)
+            expect_eq(r.returncode, 0, "pgrelay status --json of follower b", )
+            follower = json.loads(r.stdout).get("follower")
+            expect(follower is not None, "status --json has the follower", got=r.stdout[-500:])
+            expect_eq(follower["stream"], "PGRELAY", "the stream it follows")
+            expect_eq(follower["stream_seq"], int(self.metric("b", "pgrelay_follower_applied_seq")),
+                      "the sequence its log holds the stream through, as its metric says")
+            r = subprocess.run([env.pgrelay, "status", "-D", data_dir], capture_output=True, text=True, timeout=60)
+            expect("follower:      of JetStream stream PGRELAY" in r.stdout, "pgrelay status says it follows",
+                   got=r.stdout)
+        env.check("pgrelay status of a follower: the stream and the sequence its log holds it through", status)
+
         self.retention()
         self.bad_input()
 
@@ -481,6 +497,18 @@ class Case:
             expect_eq(r.returncode, 2, "exit status of --follow without --upstream")
             expect("--follow needs --upstream" in r.stderr, "the error names --upstream", got=r.stderr)
         env.check("--follow without --upstream: exit 2 naming --upstream", no_upstream)
+
+        def capture_into_a_followers_log():
+            # Follower c stopped at the end of the retention check; its log is a follower's.
+            r = subprocess.run([env.pgrelay, "serve", "--upstream", env.upstream_url(DB), "--no-tls",
+                                "--listen", "127.0.0.1:%d" % free_port(), "--capture", "native",
+                                "--data-dir", os.path.join(env.base, "follower-c")],
+                               capture_output=True, text=True, timeout=60)
+            expect(r.returncode != 0, "a capturing pgrelay on a follower's data directory fails", got=r.returncode)
+            expect("is a follower's, rebuilt from a NATS stream" in r.stderr and "--follow" in r.stderr,
+                   "the error says whose log it is and names --follow", got=r.stderr[-1500:])
+        env.check("a capturing pgrelay refuses a follower's data directory, naming --follow",
+                  capture_into_a_followers_log)
 
         def starts_and_says(name, extra, phrase, hint):
             relay = self.start_follower(name, extra=extra)
