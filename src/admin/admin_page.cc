@@ -82,7 +82,7 @@ const std::string& admin_page_html() {
       <button data-source="pgrelay" class="on">pgrelay</button>
       <button data-source="postgres">PostgreSQL</button>
       <button data-source="zero-cache">zero-cache</button>
-      <input id="log-filter" placeholder="filter: text the lines must hold">
+      <input id="log-filter" placeholder="filter">
     </div>
     <pre id="log-lines"></pre>
   </section>

@@ -163,12 +163,16 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(AdminServerOptions optio
                                                         AdminHandlers handlers, Logger& logger) {
   auto impl = std::make_unique<Impl>(std::move(options), std::move(handlers), logger);
   impl->routes();
-  // A page read by one person: few threads, small requests, no slow reader holding one.
-  impl->server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // cpp-httplib gives a connection a thread for as long as it is kept alive, and a browser
+  // keeps up to six open: with keep-alive, one open page held every thread and other clients
+  // (a second tab, curl) waited for its connections to idle out. Each answer closes its
+  // connection instead (three a second on loopback cost nothing), and a slow reader holds a
+  // thread for at most the read timeout.
+  impl->server.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  impl->server.set_keep_alive_max_count(1);
   impl->server.set_payload_max_length(64 * 1024);
   impl->server.set_read_timeout(5, 0);
   impl->server.set_write_timeout(5, 0);
-  impl->server.set_keep_alive_max_count(100);
   const std::string host = impl->options.host;
   int port = impl->options.port;
   const bool bound = port == 0 ? (port = impl->server.bind_to_any_port(host.c_str())) > 0

@@ -1,4 +1,5 @@
 // The admin page's HTTP server: the page, its JSON API under /api/, and who may use them.
+// Each answer closes its connection (see start()).
 //
 //   GET  /                     the page (HTML, CSS and script in one, embedded in the binary)
 //   GET  /api/status           upstream, capture mode, logs' heads and sizes, slots (lag in
