@@ -962,12 +962,7 @@ def main():
     os.makedirs(logs)
     os.makedirs(shots)
 
-    def on_signal(signum, _frame):
-        print(f"FAIL  interrupted by signal {signum}; cleaning up", flush=True)
-        raise SystemExit(128 + signum)
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, on_signal)
+    ze.cleanup_on_signals()
 
     cache = os.path.abspath(args.npm_cache or os.path.join(work, "npm"))
     inst = Installer(cache)

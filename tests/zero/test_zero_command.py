@@ -714,12 +714,7 @@ def main():
     shutil.rmtree(os.path.dirname(logs), ignore_errors=True)
     os.makedirs(logs)
 
-    def on_signal(signum, _frame):
-        print(f"FAIL  interrupted by signal {signum}; cleaning up", flush=True)
-        raise SystemExit(128 + signum)
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, on_signal)
+    ze.cleanup_on_signals()
 
     inst = Installer(os.path.abspath(args.npm_cache or os.path.join(work, "npm")))
     try:

@@ -869,6 +869,17 @@ def show_zero_errors(zc):
             print("      " + line)
 
 
+def cleanup_on_signals():
+    """SIGTERM, SIGINT or SIGHUP (ctest's timeout, Ctrl-C) end the run through its finally
+    blocks, so that what it started is stopped."""
+    def on_signal(signum, _frame):
+        print(f"FAIL  interrupted by signal {signum}; cleaning up", flush=True)
+        raise SystemExit(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pgrelay", help="path of the pgrelay binary")
@@ -891,12 +902,7 @@ def main():
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(logs)
 
-    def on_signal(signum, _frame):
-        print(f"FAIL  interrupted by signal {signum}; cleaning up", flush=True)
-        raise SystemExit(128 + signum)
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, on_signal)
+    cleanup_on_signals()
 
     inst = Installer(os.path.abspath(args.npm_cache or os.path.join(work, "npm")))
     try:
