@@ -395,13 +395,16 @@ Status Relay::start_metrics() {
 void Relay::handle_signals() {
   signals_.async_wait([this](const std::error_code& error, int) {
     if (error) return;
-    if (admin_) admin_->stop();
-    admin_sampler_.stop();
-    if (!zero_) return shut_down();
-    // zero-cache stops first, off the loop: pgrelay serves its sessions while it ends them.
-    logger_.info("stopping zero-cache");
+    if (!admin_ && !zero_) return shut_down();
+    // The admin page and zero-cache stop first, off the loop: a page's request may wait on
+    // zero-cache (a reset), and zero-cache ends its sessions while pgrelay still serves them.
     asio::post(blocking_, [this] {
-      zero_->stop();
+      if (admin_) admin_->stop();
+      admin_sampler_.stop();
+      if (zero_) {
+        logger_.info("stopping zero-cache");
+        zero_->stop();
+      }
       asio::post(io_, [this] { shut_down(); });
     });
   });

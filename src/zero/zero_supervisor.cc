@@ -143,6 +143,9 @@ void ZeroSupervisor::run() {
     if (restart_requested_) {
       answer_restart();
       backoff = options_.backoff_min;
+      // The request's wake() ended no pause (zero-cache was running): used up here, it does
+      // not cut the next backoff short.
+      thread_.pause(std::chrono::milliseconds(0));
       logger_.info("starting zero-cache again, as asked");
     }
     const auto began = Clock::now();
