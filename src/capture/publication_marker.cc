@@ -91,8 +91,7 @@ std::string note_function(const std::string& schema, const std::string& prefix) 
          R"sql(.note_publications(wait boolean) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  f text := )sql" +
-         schema + R"sql(.publications_fingerprint();
+  f text;
   old_fingerprint text;
   old_catalog text;
   new_catalog text;
@@ -106,7 +105,13 @@ BEGIN
     FROM )sql" +
          schema + R"sql(.publication_state s FOR UPDATE SKIP LOCKED;
   END IF;
-  IF NOT FOUND OR old_fingerprint IS NOT DISTINCT FROM f THEN RETURN false; END IF;
+  IF NOT FOUND THEN RETURN false; END IF;
+  -- Read only now, holding the row: a fingerprint read before it could predate a marker another
+  -- transaction wrote and committed meanwhile, and storing it would make a later change back to
+  -- that state look like no change at all.
+  f := )sql" +
+         schema + R"sql(.publications_fingerprint();
+  IF old_fingerprint IS NOT DISTINCT FROM f THEN RETURN false; END IF;
   new_catalog := )sql" +
          schema + R"sql(.publications_catalog();
   UPDATE )sql" +

@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <csignal>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capture/trigger/installer.h"
@@ -918,6 +920,48 @@ TEST_F(TriggerCaptureTest, PublicationChangesAreMarkedOnceWhereTheyHappen) {
   poll();
   EXPECT_EQ(markers().size(), 3u);
   server_->exec("DROP PUBLICATION pm_pub");
+}
+
+// Two DDL transactions at once: the one that waits for the other's marker reads the
+// publications only once it holds the row, so what it stores is what it marks. (It read them
+// before waiting once: it stored the fingerprint from before the other's change, and changing
+// the publications back then matched it and went unmarked, the catalog left one change behind.)
+TEST_F(TriggerCaptureTest, ADdlWaitingForAnothersMarkerStoresThePublicationsAfterIt) {
+  create_table("race1", "(id int PRIMARY KEY)");
+  create_table("race2", "(id int PRIMARY KEY)");
+  server_->exec("CREATE PUBLICATION race_pub FOR TABLE race1, race2");
+  InstallOptions o;
+  o.all_publications = true;
+  auto installed = install(*session_, o);
+  ASSERT_TRUE(installed.ok()) << installed.error().to_string();
+  ASSERT_TRUE(installed->event_trigger);
+  const std::string in_step =
+      "SELECT s.fingerprint = _pgrelay.publications_fingerprint() AND s.catalog = "
+      "_pgrelay.publications_catalog() FROM _pgrelay.publication_state s";
+  ASSERT_EQ(server_->scalar(in_step), "t");
+
+  PgConnection a(server_->conninfo());
+  a.exec("BEGIN; ALTER PUBLICATION race_pub DROP TABLE race2");  // holds the marker's row
+  PgConnection b(server_->conninfo());
+  const std::string b_pid = b.scalar("SELECT pg_backend_pid()");
+  // DDL the event trigger only checks the publications for: it waits for the row, not for
+  // the captured tables' lock that the first one's sync holds too.
+  std::thread other([&] { b.exec("CREATE SEQUENCE race_seq"); });
+  bool waiting = false;
+  for (int i = 0; i < 500 && !waiting; ++i) {
+    waiting = server_->scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = " + b_pid +
+                              " AND wait_event_type = 'Lock'") == "1";
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  a.exec("COMMIT");
+  other.join();
+  ASSERT_TRUE(waiting) << "the second DDL never waited for the first's marker";
+  EXPECT_EQ(server_->scalar(in_step), "t");
+
+  // Changing it back is a change: marked, and the catalog follows.
+  server_->exec("ALTER PUBLICATION race_pub ADD TABLE race2");
+  EXPECT_EQ(server_->scalar(in_step), "t");
+  server_->exec("DROP PUBLICATION race_pub; DROP SEQUENCE race_seq");
 }
 
 TEST_F(TriggerCaptureTest, RestartAfterCrashBetweenAppendAndDeleteHasNoDuplicates) {

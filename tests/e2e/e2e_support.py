@@ -358,8 +358,22 @@ class Env:
                 for relay in self.relays:
                     if relay.proc.poll() is None or relay is self.relays[-1]:
                         print(relay.stderr_tail(25))
+            if self.started_pg:
+                print(self.upstream_warnings(10))
             sys.stdout.flush()
         self.results.append((name, ok))
+
+    def upstream_warnings(self, n):
+        """The upstream's last n WARNING lines: trigger capture's event trigger warns there,
+        rather than fail the application's DDL, when it could not follow it."""
+        try:
+            with open(os.path.join(self.base, "postgres.log"), errors="replace") as f:
+                lines = [l.rstrip() for l in f if "WARNING:" in l]
+        except OSError as e:
+            return "    (upstream log unreadable: %s)" % e
+        tail = lines[-n:]
+        return "    upstream warnings (last %d of %d):\n%s" % (
+            len(tail), len(lines), "\n".join("      | " + l for l in tail))
 
     def skip(self, name, why):
         print("SKIP: %s [%s]: %s" % (name, self.name, why), flush=True)
