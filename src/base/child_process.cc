@@ -145,7 +145,12 @@ Result<std::string> read_child_output(ChildSpec spec, std::size_t limit) {
   ::close(pipe_fds[0]);
   int status = wait_child(*pid);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return out;
-  return Error::make(sqlstate::kSystemError, spec.argv[0] + " " + describe_wait_status(status));
+  // What it said last is why.
+  constexpr std::size_t kDetailBytes = 2000;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  std::string said = out.size() > kDetailBytes ? out.substr(out.size() - kDetailBytes) : out;
+  return Error::make(sqlstate::kSystemError, spec.argv[0] + " " + describe_wait_status(status),
+                     {}, said);
 }
 
 std::string describe_wait_status(int status) {

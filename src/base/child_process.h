@@ -45,7 +45,8 @@ int wait_child(pid_t pid);
 Status run_child(const ChildSpec& spec);
 
 // Runs the child to completion and returns what it wrote (stdout and stderr, at most
-// `limit` bytes); 58000 naming the program when it does not exit with status 0.
+// `limit` bytes); 58000 naming the program when it does not exit with status 0, with the end
+// of what it wrote as the detail.
 Result<std::string> read_child_output(ChildSpec spec, std::size_t limit = 65536);
 
 // Describes a wait status: "exited with status 1", "was terminated by signal 9: Killed".

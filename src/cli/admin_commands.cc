@@ -121,6 +121,7 @@ Result<ServerState> probe_server(const std::string& data_dir) {
   state.running = true;
   state.pid = static_cast<int>(running->pid);
   state.url = trim(running->url);
+  state.admin_url = trim(running->admin_url);
   return state;
 }
 

@@ -47,7 +47,8 @@ void add_target_options(CLI::App& command, Target& target);
 struct ServerState {
   bool running = false;
   int pid = 0;
-  std::string url;  // the ready URL (may hold a password: print mask_password(url))
+  std::string url;        // the ready URL (may hold a password: print mask_password(url))
+  std::string admin_url;  // the admin page, http://HOST:PORT/; empty without one
 };
 Result<ServerState> probe_server(const std::string& data_dir);
 

@@ -8,6 +8,7 @@
 
 #include "cli/admin_commands.h"
 #include "cli/doctor_command.h"
+#include "cli/dump_commands.h"
 #include "cli/log_commands.h"
 #include "cli/recv_command.h"
 #include "cli/serve_command.h"
@@ -119,6 +120,8 @@ int main(int argc, char** argv) {
   commands.push_back(pgrelay::cli::add_doctor_command(app));
   commands.push_back(pgrelay::cli::add_status_command(app));
   commands.push_back(pgrelay::cli::add_slots_command(app));
+  commands.push_back(pgrelay::cli::add_dump_command(app));
+  commands.push_back(pgrelay::cli::add_restore_command(app));
   commands.push_back(pgrelay::cli::add_capture_command(app));
   commands.push_back(pgrelay::cli::add_hash_password_command(app));
 

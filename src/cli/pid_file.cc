@@ -66,7 +66,11 @@ Result<PidFile> PidFile::acquire(const std::string& data_dir) {
   }
 }
 
-PidFile::PidFile(PidFile&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {
+PidFile::PidFile(PidFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(other.fd_),
+      url_(std::move(other.url_)),
+      admin_url_(std::move(other.admin_url_)) {
   other.fd_ = -1;
 }
 
@@ -77,7 +81,17 @@ PidFile::~PidFile() {
 }
 
 Status PidFile::publish_url(const std::string& url) {
-  return write_all(fd_, std::to_string(::getpid()) + "\n" + url + "\n");
+  url_ = url;
+  return rewrite();
+}
+
+Status PidFile::publish_admin_url(const std::string& admin_url) {
+  admin_url_ = admin_url;
+  return rewrite();
+}
+
+Status PidFile::rewrite() const {
+  return write_all(fd_, std::to_string(::getpid()) + "\n" + url_ + "\n" + admin_url_ + "\n");
 }
 
 std::optional<RunningServer> find_running_server(const std::string& data_dir) {
@@ -92,6 +106,7 @@ std::optional<RunningServer> find_running_server(const std::string& data_dir) {
   in >> server.pid;
   std::getline(in, server.url);  // rest of line 1
   std::getline(in, server.url);
+  std::getline(in, server.admin_url);
   return server;
 }
 

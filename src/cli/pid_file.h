@@ -23,16 +23,22 @@ class PidFile {
 
   // Adds the ready URL (line 2).
   Status publish_url(const std::string& url);
+  // Adds the admin page's URL (line 3), for commands such as `pgrelay restore` that act on it.
+  Status publish_admin_url(const std::string& admin_url);
 
  private:
   PidFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  Status rewrite() const;
   std::string path_;
   int fd_ = -1;
+  std::string url_;
+  std::string admin_url_;
 };
 
 struct RunningServer {
   long pid = 0;
-  std::string url;  // empty until the server is ready
+  std::string url;        // empty until the server is ready
+  std::string admin_url;  // empty without an admin page
 };
 // The server running on DATA_DIR, or nullopt when none is.
 std::optional<RunningServer> find_running_server(const std::string& data_dir);

@@ -559,6 +559,7 @@ Status Relay::start_admin() {
   std::string host = plan_.admin->first;
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
   const std::string url = "http://" + host + ":" + std::to_string(admin_->port()) + "/";
+  (void)pid_file_->publish_admin_url(url);
   std::printf("admin page: %s\n", url.c_str());
   std::fflush(stdout);
   logger_.info("serving the admin page", {{"url", url}, {"token", !options_.admin_token.empty()}});
