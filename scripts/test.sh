@@ -2,7 +2,7 @@
 # Quick start, command 2: installs what is missing, builds with ASan+UBSan and runs every test,
 # including those against a real PostgreSQL 15 (started by the tests) and the fuzzers.
 #
-#   PGRELAY_FUZZ_SECONDS=N   seconds per fuzz target (default 30; 0 skips fuzzing)
+#   PGRELAY_FUZZ_SECONDS=N   seconds per fuzz target (default 20; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -21,7 +21,7 @@ mkdir -p "$PGRELAY_GOLDEN_DIR"
 ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee build/ctest-tests.log
 total=$(grep -o 'tests failed out of [0-9]*' build/ctest-tests.log | grep -o '[0-9]*$')
 
-fuzz_seconds=${PGRELAY_FUZZ_SECONDS:-30}
+fuzz_seconds=${PGRELAY_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" -gt 0 ]; then
   echo "== fuzzers (clang libFuzzer, ${fuzz_seconds}s each)"
   cmake --preset fuzz -DPGRELAY_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
