@@ -53,8 +53,8 @@ Result<nlohmann::json> AdminClient::request(const char* method, const std::strin
   client.set_read_timeout(kReadTimeoutSeconds);
   httplib::Headers headers{{"X-Pgrelay-Admin", "1"}};
   if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
-  const std::string where = "pgrelay's admin page at http://" + host_ + ":" +
-                            std::to_string(port_) + path;
+  const std::string where =
+      "pgrelay's admin page at http://" + host_ + ":" + std::to_string(port_) + path;
   auto response = std::string_view(method) == "POST" ? client.Post(path, headers, "", "text/plain")
                                                      : client.Get(path, headers);
   if (!response) {

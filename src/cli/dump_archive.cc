@@ -12,10 +12,16 @@ namespace pgrelay::cli::dump {
 namespace {
 
 // The descs this code reads, the longer before their prefixes.
-constexpr std::array<std::string_view, 10> kKnownDescs = {
-    "PUBLICATION TABLES IN SCHEMA", "PUBLICATION TABLE", "PUBLICATION", "EVENT TRIGGER",
-    "TRIGGER",                      "TABLE DATA",        "TABLE",       "FUNCTION",
-    "PROCEDURE",                    "SCHEMA"};
+constexpr std::array<std::string_view, 10> kKnownDescs = {"PUBLICATION TABLES IN SCHEMA",
+                                                          "PUBLICATION TABLE",
+                                                          "PUBLICATION",
+                                                          "EVENT TRIGGER",
+                                                          "TRIGGER",
+                                                          "TABLE DATA",
+                                                          "TABLE",
+                                                          "FUNCTION",
+                                                          "PROCEDURE",
+                                                          "SCHEMA"};
 
 bool is_digits(std::string_view s) {
   return !s.empty() &&

@@ -55,11 +55,11 @@ Result<Endpoint> find_endpoint(const ArchiveOptions& options) {
     auto server = admin::probe_server(options.target.data_dir);
     if (!server.ok()) return server.error();
     if (!server->running) {
-      return Error::make(sqlstate::kConnectionFailure,
-                         "no pgrelay is running on data directory \"" +
-                             options.target.data_dir + "\"",
-                         "Start it (pgrelay zero, or pgrelay serve), give the --data-dir of the "
-                         "one running, or reach it with --url.");
+      return Error::make(
+          sqlstate::kConnectionFailure,
+          "no pgrelay is running on data directory \"" + options.target.data_dir + "\"",
+          "Start it (pgrelay zero, or pgrelay serve), give the --data-dir of the "
+          "one running, or reach it with --url.");
     }
     if (server->url.empty()) {
       return Error::make(
@@ -107,8 +107,9 @@ Result<std::unique_ptr<capture::PgSession>> connect(const upstream::UpstreamConf
     e.message = "could not connect to pgrelay at " + config.describe() + " (database \"" +
                 config.dbname + "\"): " + admin::connect_failure(e);
     if (e.hint.empty()) {
-      e.hint = "Is pgrelay running there, and does it accept this user? Pass --url with a "
-               "user and password it accepts.";
+      e.hint =
+          "Is pgrelay running there, and does it accept this user? Pass --url with a "
+          "user and password it accepts.";
     }
     return e;
   }
@@ -135,7 +136,8 @@ Result<std::string> find_program(const std::string& pg_bin, const std::string& p
       versioned.emplace_back(major, entry.path() / "bin" / program);
     }
   }
-  if (!versioned.empty()) return std::max_element(versioned.begin(), versioned.end())->second.string();
+  if (!versioned.empty())
+    return std::max_element(versioned.begin(), versioned.end())->second.string();
   if (const char* path = std::getenv("PATH")) {
     std::string_view rest(path);
     while (!rest.empty()) {
@@ -156,16 +158,16 @@ class TempFile {
  public:
   static Result<TempFile> create(const std::string& contents) {
     const char* dir = std::getenv("TMPDIR");
-    std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                       "/pgrelay-restore-XXXXXX";
+    std::string path =
+        std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/pgrelay-restore-XXXXXX";
     const int fd = ::mkstemp(path.data());
     if (fd < 0) {
       return Error::make(sqlstate::kIoError, "could not create a temporary file in " +
                                                  fs::path(path).parent_path().string());
     }
     TempFile file(path);
-    const bool written = ::write(fd, contents.data(), contents.size()) ==
-                         static_cast<ssize_t>(contents.size());
+    const bool written =
+        ::write(fd, contents.data(), contents.size()) == static_cast<ssize_t>(contents.size());
     ::close(fd);
     if (!written) return Error::make(sqlstate::kIoError, "could not write " + path);
     return file;
@@ -248,8 +250,7 @@ int run_dump(const ArchiveOptions& options) {
   // Written beside FILE and renamed over it only when whole: a failed dump leaves an older
   // FILE as it was.
   const std::string partial = options.file + ".partial";
-  std::vector<std::string> argv = {*pg_dump, "--format=custom", "--blobs",
-                                   "--file=" + partial,
+  std::vector<std::string> argv = {*pg_dump, "--format=custom", "--blobs", "--file=" + partial,
                                    "--dbname=" + tool_conninfo(config, "pgrelay dump")};
   for (const auto& schema : left_out->all) {
     argv.push_back("--exclude-schema=" + exact_pattern(schema));
@@ -266,14 +267,13 @@ int run_dump(const ArchiveOptions& options) {
   fs::rename(partial, options.file, ec);
   if (ec) {
     fs::remove(partial, ec);
-    return admin::fail(Error::make(sqlstate::kIoError, "could not rename \"" + partial +
-                                                           "\" to \"" + options.file +
-                                                           "\": " + ec.message()));
+    return admin::fail(Error::make(
+        sqlstate::kIoError,
+        "could not rename \"" + partial + "\" to \"" + options.file + "\": " + ec.message()));
   }
   const auto size = fs::file_size(options.file, ec);
   std::printf("pgrelay dump: wrote %s (%s) from database \"%s\" at %s\n", options.file.c_str(),
-              human_size(ec ? 0 : size).c_str(), config.dbname.c_str(),
-              config.describe().c_str());
+              human_size(ec ? 0 : size).c_str(), config.dbname.c_str(), config.describe().c_str());
   if (!left_out->all.empty()) {
     std::printf("left out (pgrelay's and zero-cache's own): schemas %s\n",
                 join(left_out->all, ", ").c_str());
@@ -334,11 +334,11 @@ int reset_zero_if_running(const Endpoint& endpoint, const ArchiveOptions& option
       break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return admin::fail(Error::make(
-          sqlstate::kObjectNotInPrerequisiteState,
-          "zero-cache was reset but is not ready after " +
-              std::to_string(kZeroReadyTimeout.count()) + " s",
-          "Its log says why: the admin page, or DATA_DIR/zero/zero-cache.log."));
+      return admin::fail(
+          Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                      "zero-cache was reset but is not ready after " +
+                          std::to_string(kZeroReadyTimeout.count()) + " s",
+                      "Its log says why: the admin page, or DATA_DIR/zero/zero-cache.log."));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
@@ -353,10 +353,10 @@ int run_restore(const ArchiveOptions& options) {
   auto pg_restore = find_program(options.pg_bin, "pg_restore");
   if (!pg_restore.ok()) return admin::fail(pg_restore.error());
   if (::access(options.file.c_str(), R_OK) != 0) {
-    return admin::fail(Error::make(sqlstate::kUndefinedFile,
-                                   "could not read \"" + options.file + "\": " +
-                                       std::strerror(errno),
-                                   "Give the file `pgrelay dump` wrote."));
+    return admin::fail(
+        Error::make(sqlstate::kUndefinedFile,
+                    "could not read \"" + options.file + "\": " + std::strerror(errno),
+                    "Give the file `pgrelay dump` wrote."));
   }
   auto session = connect(config, "pgrelay restore");
   if (!session.ok()) return admin::fail(session.error());
@@ -367,8 +367,9 @@ int run_restore(const ArchiveOptions& options) {
   if (!listing.ok()) {
     Error e = listing.error();
     e.message = "\"" + options.file + "\" is not an archive pg_restore can read";
-    e.hint = "pgrelay restore reads custom-format archives, as `pgrelay dump` (or pg_dump "
-             "--format=custom) writes them.";
+    e.hint =
+        "pgrelay restore reads custom-format archives, as `pgrelay dump` (or pg_dump "
+        "--format=custom) writes them.";
     return admin::fail(e);
   }
   std::vector<dump::TriggerCall> triggers;
@@ -394,27 +395,30 @@ int run_restore(const ArchiveOptions& options) {
   if (!list.ok()) return admin::fail(list.error());
   // One transaction: capture carries the restore as one, and a failure leaves nothing behind.
   // --clean --if-exists: what the archive holds replaces what the database has of it.
-  Status restored = run_child(tool_spec(
-      {*pg_restore, "--dbname=" + tool_conninfo(config, "pgrelay restore"), "--clean",
-       "--if-exists", "--no-owner", "--single-transaction", "--exit-on-error",
-       "--use-list=" + list->path(), options.file},
-      config));
+  Status restored =
+      run_child(tool_spec({*pg_restore, "--dbname=" + tool_conninfo(config, "pgrelay restore"),
+                           "--clean", "--if-exists", "--no-owner", "--single-transaction",
+                           "--exit-on-error", "--use-list=" + list->path(), options.file},
+                          config));
   if (!restored.ok()) {
     Error e = restored.error();
-    e.message = "pgrelay restore failed, and restored nothing (it runs in one transaction): " +
-                e.message;
+    e.message =
+        "pgrelay restore failed, and restored nothing (it runs in one transaction): " + e.message;
     e.hint = "pg_restore's own message is above.";
     return admin::fail(e);
   }
-  std::printf("pgrelay restore: restored %s into database \"%s\" at %s (%zu table(s), %zu of "
-              "them replaced)\n",
-              options.file.c_str(), config.dbname.c_str(), config.describe().c_str(),
-              plan.tables.size(), replaced->size());
-  for (const auto& s : plan.skipped) std::printf("skipped (not the application's): %s\n", s.c_str());
+  std::printf(
+      "pgrelay restore: restored %s into database \"%s\" at %s (%zu table(s), %zu of "
+      "them replaced)\n",
+      options.file.c_str(), config.dbname.c_str(), config.describe().c_str(), plan.tables.size(),
+      replaced->size());
+  for (const auto& s : plan.skipped)
+    std::printf("skipped (not the application's): %s\n", s.c_str());
   if (plan.skipped_table_triggers > 0) {
-    std::printf("skipped (not the application's): %zu trigger(s) on tables, calling functions the "
-                "archive does not hold (pgrelay's trigger capture installs its own)\n",
-                plan.skipped_table_triggers);
+    std::printf(
+        "skipped (not the application's): %zu trigger(s) on tables, calling functions the "
+        "archive does not hold (pgrelay's trigger capture installs its own)\n",
+        plan.skipped_table_triggers);
   }
   std::fflush(stdout);
   return reset_zero_if_running(*endpoint, options, internal->zero, *replaced);

@@ -87,9 +87,9 @@ TEST(DumpArchive, ParsesTheLinesItReadsAndLeavesTheRest) {
 
 TEST(DumpArchive, KnowsPgrelaysAndZeroCachesPublicationsByName) {
   const std::vector<std::string> pgrelay = {"_pgrelay", "my_capture"};
-  for (std::string_view name : {"_pgrelay_capture", "_pgrelay_capture_keyless",
-                                "my_capture_capture", "_zero_public_0", "_zero_metadata_0",
-                                "_zt_public_12", "_my_app_metadata_3"}) {
+  for (std::string_view name :
+       {"_pgrelay_capture", "_pgrelay_capture_keyless", "my_capture_capture", "_zero_public_0",
+        "_zero_metadata_0", "_zt_public_12", "_my_app_metadata_3"}) {
     EXPECT_TRUE(is_internal_publication(name, pgrelay)) << name;
   }
   for (std::string_view name :
