@@ -20,6 +20,11 @@ by admin_page.cjs (npm puppeteer-core, which never downloads a browser).
      4. "Reset zero" (confirm dialog accepted): zero-cache ready again, a new replica file,
         replication works again, the test's own slot admin_probe survives
      5. screenshots after each of B1-B4 in WORK/admin-page/screenshots/
+     6. `pgrelay dump -D DATA`: zero's real app and shard schemas and _pgrelay left out of the
+        archive; a row changed after it; `pgrelay restore -D DATA` replaces the tables, resets
+        zero-cache through the admin API and waits for it: the replica holds the dump's row
+        again and later writes still arrive; a table dumped from a second database and
+        restored here (only created) reaches the replica through capture, without a restart
      then SIGINT: pgrelay exits 0 and leaves no process behind; no console error all along
 
 Reuses zero_e2e.py (the npm install of Node 22 and zero-cache, helpers) and
@@ -75,6 +80,8 @@ SLOT_TIMEOUT = 10.0
 LOG_TAIL_TIMEOUT = 2.0
 RESET_TIMEOUT = 120.0
 SYNC_TIMEOUT = 60.0
+RESTORE_TIMEOUT = 240.0  # a restore that replaces tables waits for zero-cache to be ready again
+FRESH_ROWS = 300
 # Stay under ctest's TIMEOUT (900) so cleanup runs from here, not from a SIGKILL.
 RUN_BUDGET = float(os.environ.get("PGRELAY_ADMIN_BUDGET", "840"))
 ADMIN_PREFIX = "admin page: "
@@ -917,6 +924,101 @@ ZERO_ENABLE_TELEMETRY=false
                               f"[{value['detail']}], starts {starts0} -> {starts}")
         self.shoot("4-after-reset.png")
 
+    # ---- B6: pgrelay dump and pgrelay restore beside the running zero-cache
+
+    def tool(self, *args):
+        """Runs `pgrelay ARGS` as a user would, beside the running pgrelay zero."""
+        r = subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=RESTORE_TIMEOUT,
+                           env=self.base_env(), cwd=self.tmp)
+        say(f"pgrelay {' '.join(args)}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+        return r
+
+    def zero_starts(self):
+        return (self.status().get("zero") or {}).get("starts")
+
+    def check_restore(self):
+        name = "B6 dump and restore"
+        archive = os.path.join(self.tmp, "app.dump")
+        rows = self.sql(f"{name}: zero's schemas", "SELECT nspname FROM pg_namespace WHERE nspname IN "
+                        f"('{APP_ID}', '{APP_ID}_0') ORDER BY 1")
+        zero_schemas = [r[0] for r in rows or []]
+        if zero_schemas != [APP_ID, f"{APP_ID}_0"]:
+            self.checks.fail(f"{name}: zero-cache made its app and shard schemas", f"found {zero_schemas}")
+            return
+        r = self.tool("dump", "-D", self.data, archive)
+        left_out = next((l for l in r.stdout.splitlines() if l.startswith("left out")), "")
+        listing = subprocess.run([os.path.join(ze.PG_BINDIR, "pg_restore"), "-l", archive],
+                                 capture_output=True, text=True).stdout if r.returncode == 0 else ""
+        entries = [l.split() for l in listing.splitlines() if l and not l.startswith(";")]
+        internal = [e for e in entries if len(e) > 4 and any(x in (APP_ID, f"{APP_ID}_0", "_pgrelay") for x in e[3:5])]
+        has_items = any(e[3:6] == ["TABLE", "public", "items"] for e in entries)
+        if r.returncode == 0 and all(sc in left_out for sc in zero_schemas + ["_pgrelay"]) and has_items \
+                and not internal:
+            self.checks.pass_(f"{name}: dump leaves out zero's schemas {zero_schemas} and _pgrelay", left_out)
+        else:
+            self.checks.fail(f"{name}: dump leaves out zero's schemas {zero_schemas} and _pgrelay",
+                             f"exit {r.returncode}; [{left_out}]; items {has_items}; internal entries "
+                             f"{short(internal, 600)}; {short(r.stderr, 600)}")
+            return
+        # Replacing tables zero-cache syncs: restore resets zero, which syncs the dump's rows.
+        t = self.write(f"{name}: a change after the dump", "UPDATE public.items SET v = 'changed' WHERE id = 5000")
+        if not t or not self.checks.expect(f"{name}: a change after the dump reaches the replica", "changed",
+                                           "SELECT v FROM items WHERE id = 5000", t, timeout=SYNC_TIMEOUT):
+            return
+        starts0 = self.zero_starts()
+        t = ze.now_ms()
+        r = self.tool("restore", "-D", self.data, archive)
+        if r.returncode == 0 and "resetting zero-cache" in r.stdout and "zero-cache is ready again" in r.stdout \
+                and "1 of them replaced" in r.stdout:
+            self.checks.pass_(f"{name}: a restore that replaces tables resets zero-cache and waits for it",
+                              f"zero starts {starts0} -> {self.zero_starts()}")
+        else:
+            self.checks.fail(f"{name}: a restore that replaces tables resets zero-cache and waits for it",
+                             f"exit {r.returncode}: {short(r.stdout, 800)} {short(r.stderr, 800)}")
+            return
+        self.checks.expect(f"{name}: zero-cache serves the restored rows", "after-reset",
+                           "SELECT v FROM items WHERE id = 5000", t, timeout=SYNC_TIMEOUT)
+        t = self.write(f"{name}: a write after the restore", "INSERT INTO public.items VALUES (5001, 'after-restore')")
+        if t:
+            self.checks.expect(f"{name}: a write after the restore reaches the replica", "after-restore",
+                               "SELECT v FROM items WHERE id = 5001", t, timeout=SYNC_TIMEOUT)
+        # Creating tables only: the restore reaches zero-cache through capture, no reset.
+        fresh = os.path.join(self.tmp, "fresh.dump")
+        if self.sql(f"{name}: a second database", "CREATE DATABASE scratch") is None:
+            return
+        try:
+            other = psycopg2.connect(self.url, dbname="scratch", connect_timeout=30)
+            other.autocommit = True
+            with other.cursor() as cur:
+                cur.execute("CREATE TABLE public.fresh (id int PRIMARY KEY, v text); "
+                            f"INSERT INTO public.fresh SELECT g, 'fresh ' || g FROM generate_series(1, {FRESH_ROWS}) g")
+            other.close()
+        except psycopg2.Error as e:
+            self.checks.fail(f"{name}: a table in the second database", str(e).strip())
+            return
+        r = self.tool("dump", "-D", self.data, "-d", "scratch", fresh)
+        if r.returncode != 0:
+            self.checks.fail(f"{name}: dump of the second database", short(r.stderr, 800))
+            return
+        starts0 = self.zero_starts()
+        t = ze.now_ms()
+        r = self.tool("restore", "-D", self.data, fresh)
+        if r.returncode == 0 and "follows the restore through capture" in r.stdout and "resetting" not in r.stdout:
+            self.checks.pass_(f"{name}: a restore that only creates tables is left to capture", short(r.stdout, 300))
+        else:
+            self.checks.fail(f"{name}: a restore that only creates tables is left to capture",
+                             f"exit {r.returncode}: {short(r.stdout, 800)} {short(r.stderr, 800)}")
+            return
+        self.checks.expect(f"{name}: its rows reach zero-cache through capture",
+                           f"{FRESH_ROWS}|{FRESH_ROWS}|fresh {FRESH_ROWS}",
+                           f"SELECT count(*), max(id), (SELECT v FROM fresh WHERE id = {FRESH_ROWS}) FROM fresh",
+                           t, timeout=SYNC_TIMEOUT)
+        starts = self.zero_starts()
+        if starts == starts0:
+            self.checks.pass_(f"{name}: zero-cache was not restarted for it", f"starts {starts}")
+        else:
+            self.checks.fail(f"{name}: zero-cache was not restarted for it", f"starts {starts0} -> {starts}")
+
     # ---- the end
 
     def check_console_at_end(self):
@@ -991,7 +1093,7 @@ def main():
             checks.replica = run.replica()
             run.check_access()
             if run.check_loaded():
-                for step in (run.check_slot_lag, run.check_log_tail, run.check_reset):
+                for step in (run.check_slot_lag, run.check_log_tail, run.check_reset, run.check_restore):
                     if run.proc.poll() is not None:
                         checks.fail(step.__name__, f"not run: pgrelay exited with status {run.proc.returncode}")
                         continue
