@@ -490,17 +490,7 @@ Status Relay::start_zero() {
   zero_replica_file_ = zero::environment_value(supervised.environment, "ZERO_REPLICA_FILE");
   zero_app_id_ = zero::environment_value(supervised.environment, "ZERO_APP_ID");
   if (zero_app_id_.empty()) zero_app_id_ = "zero";  // zero-cache's default
-  const std::string port = zero::environment_value(supervised.environment, "ZERO_PORT");
-  if (!port.empty()) {
-    auto parsed = parse_decimal(port);
-    if (!parsed || *parsed == 0 || *parsed > 65535) {
-      return Error::make(sqlstate::kInvalidParameterValue,
-                         "ZERO_PORT=" + port + " is not a port number",
-                         "Set ZERO_PORT (in the environment or ./.env) to a free TCP port, or "
-                         "leave it unset for zero-cache's default, 4848.");
-    }
-    supervised.port = static_cast<int>(*parsed);
-  }
+  if (zero.port != 0) supervised.port = zero.port;  // checked by the plan
   supervised.argv = {zero.node, zero.package.entry};
   supervised.log_path = dir + "/zero-cache.log";
   supervised.print = [](const std::string& line) {

@@ -73,8 +73,10 @@ int run_serve(const ServeOptions& options) {
   Logger logger(std::move(logger_options));
   std::error_code cwd_error;
   const char* path = std::getenv("PATH");
-  auto plan =
-      plan_serve(options, std::filesystem::current_path(cwd_error).string(), path ? path : "");
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+  auto plan = plan_serve(options, std::filesystem::current_path(cwd_error).string(),
+                         path ? path : "", environment);
   if (!plan.ok()) {
     logger.error(plan.error());
     return 2;

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/strings.h"
 #include "server/metrics_endpoint.h"
 #include "wire/scram.h"
 #include "zero/dotenv.h"
+#include "zero/zero_environment.h"
 
 namespace pgrelay::cli {
 
@@ -243,7 +245,8 @@ Result<std::pair<std::string, int>> plan_admin(const ServeOptions& options) {
 // `pgrelay zero`: zero-cache, the Node it runs on and the app's .env, found before anything
 // starts.
 Result<ServePlan::Zero> plan_zero(const ServeOptions& options, const std::string& cwd,
-                                  const std::string& path) {
+                                  const std::string& path,
+                                  const std::vector<std::string>& environment) {
   if (!options.upstream.empty()) {
     return Error::make(sqlstate::kInvalidParameterValue,
                        "pgrelay zero runs its own PostgreSQL: --upstream does not apply",
@@ -264,13 +267,26 @@ Result<ServePlan::Zero> plan_zero(const ServeOptions& options, const std::string
   auto dotenv = zero::read_dotenv(cwd + "/.env");
   if (!dotenv.ok()) return dotenv.error();
   out.dotenv = std::move(*dotenv);
+  // Checked before anything starts: zero-cache would fail on it only after PostgreSQL had.
+  const std::string port = zero::environment_value(
+      zero::zero_cache_environment(environment, out.dotenv, {}), "ZERO_PORT");
+  if (!port.empty()) {
+    auto parsed = parse_decimal(port);
+    if (!parsed || *parsed == 0 || *parsed > 65535) {
+      return Error::make(sqlstate::kInvalidParameterValue,
+                         "ZERO_PORT=" + port + " is not a port number",
+                         "Set ZERO_PORT (in the environment or ./.env) to a free TCP port, or "
+                         "leave it unset for zero-cache's default, 4848.");
+    }
+    out.port = static_cast<int>(*parsed);
+  }
   return out;
 }
 
 }  // namespace
 
 Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd,
-                             const std::string& path) {
+                             const std::string& path, const std::vector<std::string>& environment) {
   ServePlan plan;
   auto listen = parse_listen(options.listen);
   if (!listen.ok()) return listen.error();
@@ -323,7 +339,7 @@ Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd
     plan.nats = std::move(publisher);
   }
   if (options.zero) {
-    auto zero = plan_zero(options, cwd, path);
+    auto zero = plan_zero(options, cwd, path, environment);
     if (!zero.ok()) return zero.error();
     plan.zero = std::move(*zero);
   }

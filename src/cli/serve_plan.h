@@ -40,13 +40,16 @@ struct ServePlan {
     zero::ZeroCachePackage package;
     std::string node;
     std::map<std::string, std::string> dotenv;  // ./.env
+    int port = 0;  // ZERO_PORT (environment, else .env); 0: zero-cache's default
   };
   std::optional<Zero> zero;
 };
 
 // Every error here is the options' (exit status 2): nothing has started yet. `cwd` and `path`
-// (PATH) are where `pgrelay zero` looks for zero-cache, node and .env.
+// (PATH) are where `pgrelay zero` looks for zero-cache, node and .env; `environment` (NAME=VALUE)
+// is pgrelay's, whose ZERO_* settings win over .env's.
 Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd = ".",
-                             const std::string& path = "");
+                             const std::string& path = "",
+                             const std::vector<std::string>& environment = {});
 
 }  // namespace pgrelay::cli

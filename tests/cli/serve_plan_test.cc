@@ -210,6 +210,12 @@ TEST(ServePlan, ZeroFindsTheAppsZeroCacheFromBelowAndReadsItsDotenv) {
   EXPECT_EQ(plan->zero->package.node_engine, ">=22");
   EXPECT_EQ(plan->zero->dotenv,
             (std::map<std::string, std::string>{{"ZERO_PORT", "4900"}, {"OTHER", "x"}}));
+  EXPECT_EQ(plan->zero->port, 4900);
+  // The environment's ZERO_PORT wins over .env's, as zero-cache will see it.
+  plan = plan_serve(options, app.path() + "/src/components", "/nonexistent:/bin:/usr/bin",
+                    {"PATH=/bin", "ZERO_PORT=5001"});
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->zero->port, 5001);
   EXPECT_FALSE(plan_serve(ServeOptions{})->zero.has_value());
 
   // --zero-cache: the package's directory, or an app's; --node: that binary.
@@ -224,6 +230,28 @@ TEST(ServePlan, ZeroFindsTheAppsZeroCacheFromBelowAndReadsItsDotenv) {
   plan = plan_serve(options, elsewhere.path(), "");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
   EXPECT_EQ(plan->zero->package.dir, app.path() + "/node_modules/@rocicorp/zero");
+}
+
+TEST(ServePlan, ABadZeroPortStopsBeforeAnythingStarts) {
+  log::testing::TempDir app;
+  install_fake_zero(app.path());
+  ServeOptions options;
+  options.zero = true;
+  options.node = "/bin/sh";
+  for (const char* bad : {"0", "65536", "48x", "-1", "port"}) {
+    std::ofstream(app.path() + "/.env") << "ZERO_PORT=" << bad << "\n";
+    auto from_dotenv = plan_serve(options, app.path(), "");
+    ASSERT_FALSE(from_dotenv.ok()) << bad;
+    EXPECT_EQ(from_dotenv.error().sqlstate, sqlstate::kInvalidParameterValue);
+    EXPECT_NE(from_dotenv.error().message.find(std::string("ZERO_PORT=") + bad), std::string::npos);
+    EXPECT_NE(from_dotenv.error().hint.find("free TCP port"), std::string::npos);
+  }
+  std::ofstream(app.path() + "/.env") << "ZERO_PORT=4900\n";
+  auto from_environment = plan_serve(options, app.path(), "", {"ZERO_PORT=99999"});
+  ASSERT_FALSE(from_environment.ok());
+  EXPECT_NE(from_environment.error().message.find("ZERO_PORT=99999"), std::string::npos);
+  auto unset = plan_serve(options, app.path(), "", {"ZERO_PORT="});
+  ASSERT_TRUE(unset.ok()) << unset.error().to_string();
 }
 
 TEST(ServePlan, EachBadZeroSettingIsNamedWithItsFix) {
