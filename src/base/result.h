@@ -35,6 +35,7 @@ inline constexpr const char* kInsufficientResources = "53000";
 inline constexpr const char* kSystemError = "58000";
 inline constexpr const char* kUndefinedFile = "58P01";
 inline constexpr const char* kAdminShutdown = "57P01";
+inline constexpr const char* kQueryCanceled = "57014";
 }  // namespace sqlstate
 
 struct Error {

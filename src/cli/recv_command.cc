@@ -1,6 +1,7 @@
 // `pgrelay recv`: a logical replication consumer in the spirit of pg_recvlogical.
 #include "cli/recv_command.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -69,7 +70,8 @@ constexpr const char* kFooter =
     "  SIGINT (Ctrl-C) or SIGTERM: the current transaction is completed, the output is\n"
     "  flushed, the final position is confirmed, pgrelay recv waits for the server to end\n"
     "  the stream (so that the slot is free when it exits) and exits with status 0. A\n"
-    "  second signal abandons the transaction (it will be sent again) and the wait.\n"
+    "  second signal abandons the transaction (it will be sent again) and the wait. A\n"
+    "  signal while connecting or before streaming began stops at once, also with 0.\n"
     "  --endpos stops the same way after the first transaction whose commit ends at or\n"
     "  beyond LSN (or as soon as the server reports it has passed LSN between\n"
     "  transactions). If the server ends the stream, pgrelay recv exits with status 1.\n"
@@ -108,28 +110,33 @@ std::string publication_list(PGconn* conn, const std::vector<std::string>& publi
 }
 
 // Blocks SIGINT and SIGTERM and returns a signalfd that reports them, so the streaming loop
-// sees them in poll() and no handler or global flag is needed. Restores the mask on exit.
+// sees them in poll() and no handler or global flag is needed. They stay blocked after it is
+// gone: recv is then on its way out, and a signal that came (or comes) must not turn exit
+// status 0 into death by that signal.
 class SignalWatch {
  public:
   SignalWatch() {
-    sigemptyset(&mask_);
-    sigaddset(&mask_, SIGINT);
-    sigaddset(&mask_, SIGTERM);
-    blocked_ = ::sigprocmask(SIG_BLOCK, &mask_, &saved_) == 0;
-    fd_ = ::signalfd(-1, &mask_, SFD_NONBLOCK | SFD_CLOEXEC);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    if (::sigprocmask(SIG_BLOCK, &mask, nullptr) == 0) {
+      fd_ = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    }
   }
   ~SignalWatch() {
     if (fd_ >= 0) ::close(fd_);
-    if (blocked_) ::sigprocmask(SIG_SETMASK, &saved_, nullptr);
   }
   SignalWatch(const SignalWatch&) = delete;
   SignalWatch& operator=(const SignalWatch&) = delete;
   int fd() const { return fd_; }
+  // Whether a signal is waiting to be read (it stays there for the streaming loop).
+  bool pending() const {
+    pollfd p{fd_, POLLIN, 0};
+    return fd_ >= 0 && ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+  }
 
  private:
-  sigset_t mask_{};
-  sigset_t saved_{};
-  bool blocked_ = false;
   int fd_ = -1;
 };
 
@@ -215,8 +222,21 @@ int run_recv(const RecvOptions& options) {
     output.emplace(std::move(*opened));
   }
 
-  auto conn = connect_replication(options.target, !options.no_password);
+  // Signals are watched from before connecting: one that arrives before streaming began stops
+  // recv with nothing written and exit 0, as one during streaming does (never a default kill).
+  SignalWatch signals;
+  if (signals.fd() < 0) {
+    report(Error::make(sqlstate::kSystemError, "could not create a signalfd"));
+    return 1;
+  }
+  auto stopped_early = [&] {
+    if (options.verbose) std::cerr << "pgrelay recv: stopping on signal before streaming began\n";
+    return 0;
+  };
+  if (options.verbose) std::cerr << "pgrelay recv: connecting to the server\n";
+  auto conn = connect_replication(options.target, !options.no_password, signals.fd());
   if (!conn.ok()) {
+    if (signals.pending()) return stopped_early();
     report(conn.error());
     return 1;
   }
@@ -242,11 +262,7 @@ int run_recv(const RecvOptions& options) {
     }
   }
 
-  SignalWatch signals;
-  if (signals.fd() < 0) {
-    report(Error::make(sqlstate::kSystemError, "could not create a signalfd"));
-    return 1;
-  }
+  if (signals.pending()) return stopped_early();
   std::string command = "START_REPLICATION SLOT " + quote_identifier(pg, options.slot) +
                         " LOGICAL " + start->to_string() + " (proto_version '" +
                         std::to_string(options.protocol_version) + "', publication_names " +

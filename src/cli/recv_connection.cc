@@ -1,7 +1,9 @@
 // The libpq replication connection of `pgrelay recv`: connect, run commands, errors with hints.
 #include "cli/recv_connection.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -21,8 +23,26 @@ bool contains(std::string_view text, std::string_view needle) {
   return text.find(needle) != std::string_view::npos;
 }
 
-// Reads a password from the controlling terminal without echo; nullopt when there is none.
-std::optional<std::string> prompt_password() {
+bool readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+// Waits until `fd` is ready for `events` or `stop_fd` is readable; false when it was stop_fd.
+bool wait_for(int fd, short events, int stop_fd) {
+  for (;;) {
+    pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
+    int n = ::poll(fds, stop_fd >= 0 ? 2 : 1, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (stop_fd >= 0 && (fds[1].revents & POLLIN) != 0) return false;
+    return true;  // ready, or an error the caller's next read or libpq reports
+  }
+}
+
+// Reads a password from the controlling terminal without echo; nullopt when there is none
+// or `stop_fd` became readable first.
+std::optional<std::string> prompt_password(int stop_fd) {
   int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   static constexpr char kPrompt[] = "Password: ";
@@ -37,7 +57,7 @@ std::optional<std::string> prompt_password() {
   std::string password;
   char c;
   bool got_line = false;
-  while (::read(fd, &c, 1) == 1) {
+  while (wait_for(fd, POLLIN, stop_fd) && ::read(fd, &c, 1) == 1) {
     if (c == '\n' || c == '\r') {
       got_line = true;
       break;
@@ -51,7 +71,9 @@ std::optional<std::string> prompt_password() {
   return password;
 }
 
-PgConn connect_with(const std::string& target, const std::string* password) {
+// Connects without blocking in libpq, so that `stop_fd` becoming readable (a signal) ends the
+// attempt half way; the caller tells that case by readable(stop_fd).
+PgConn connect_with(const std::string& target, const std::string* password, int stop_fd) {
   // dbname comes first so that the keywords after it override what the URL says: the
   // connection is always a logical replication one (pg_recvlogical does the same).
   std::vector<const char*> keys = {"dbname", "replication", "fallback_application_name"};
@@ -63,7 +85,15 @@ PgConn connect_with(const std::string& target, const std::string* password) {
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);
-  return PgConn(PQconnectdbParams(keys.data(), values.data(), 1));
+  PgConn conn(PQconnectStartParams(keys.data(), values.data(), 1));
+  if (conn == nullptr || PQstatus(conn.get()) == CONNECTION_BAD) return conn;
+  PostgresPollingStatusType state = PGRES_POLLING_WRITING;
+  while (state != PGRES_POLLING_OK && state != PGRES_POLLING_FAILED) {
+    short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    if (!wait_for(PQsocket(conn.get()), events, stop_fd)) break;  // stopped half way
+    state = PQconnectPoll(conn.get());
+  }
+  return conn;
 }
 
 }  // namespace
@@ -115,20 +145,25 @@ void add_fix_hint(Error& error) {
   }
 }
 
-Result<PgConn> connect_replication(const std::string& target, bool may_prompt) {
-  PgConn conn = connect_with(target, nullptr);
+Result<PgConn> connect_replication(const std::string& target, bool may_prompt, int stop_fd) {
+  auto stopped = [&] {
+    return Error::make(sqlstate::kQueryCanceled, "stopped by a signal while connecting");
+  };
+  PgConn conn = connect_with(target, nullptr, stop_fd);
   if (conn == nullptr) {
     return Error::make(sqlstate::kInsufficientResources, "out of memory connecting to the server");
   }
+  if (readable(stop_fd)) return stopped();
   if (PQstatus(conn.get()) == CONNECTION_BAD && PQconnectionNeedsPassword(conn.get()) &&
       may_prompt && ::isatty(STDIN_FILENO)) {
-    if (auto password = prompt_password()) {
-      conn = connect_with(target, &*password);
+    if (auto password = prompt_password(stop_fd)) {
+      conn = connect_with(target, &*password, stop_fd);
       if (conn == nullptr) {
         return Error::make(sqlstate::kInsufficientResources,
                            "out of memory connecting to the server");
       }
     }
+    if (readable(stop_fd)) return stopped();
   }
   if (PQstatus(conn.get()) != CONNECTION_OK) {
     Error error = Error::make(sqlstate::kConnectionException, trimmed(PQerrorMessage(conn.get())));

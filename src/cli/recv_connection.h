@@ -24,7 +24,8 @@ using PgResult = std::unique_ptr<PGresult, PgResultCloser>;
 // libpq's environment defaults) with replication=database added: TLS, sslmode, SCRAM, MD5,
 // cleartext, .pgpass and PG* variables all work as libpq does. When the server wants a
 // password that none of those gave, asks for it on the terminal unless `may_prompt` is false.
-Result<PgConn> connect_replication(const std::string& target, bool may_prompt);
+// When `stop_fd` (a signalfd, or -1) becomes readable first, gives up with kQueryCanceled.
+Result<PgConn> connect_replication(const std::string& target, bool may_prompt, int stop_fd);
 
 // Runs one replication command; anything but `expected` becomes an Error carrying the server's
 // SQLSTATE, message, detail and hint (or a hint of ours naming the fix).

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -126,6 +127,7 @@ class Recv:
         self.path = path
         self.err_path = path + ".stderr"
         self.err = open(self.err_path, "ab")
+        self.err_offset = self.err.tell()  # stderr() is this run's only
         self.start_offset = os.path.getsize(path) if os.path.exists(path) else 0
         args = [env.pgrelay, "recv", "--slot", slot, "--publication", PUB, "--file", path,
                 "--status-interval", "1", "-v"] + list(extra) + [url]
@@ -147,6 +149,7 @@ class Recv:
 
     def stderr(self):
         with open(self.err_path, "rb") as f:
+            f.seek(self.err_offset)
             return f.read().decode(errors="replace")
 
     def wait_stderr(self, text, timeout=30):
@@ -393,6 +396,7 @@ def body(env):
                     expect_eq(n, 0, "%s, %s: lines written before the exit (none of a half transaction)"
                               % (what, side))
                 r2 = Recv(env, url_of(side), sides[side][1], path(name))
+                r2.wait_stderr("streaming initiated")
                 if n < rows:
                     r2.wait_lines(lambda ls: len(ls) >= rows, 90, "%s: the large transaction" % side)
                 time.sleep(1.0)
@@ -499,6 +503,35 @@ def body(env):
         finally:
             plain.cleanup()
 
+    def signal_before_streaming():
+        # A server that accepts the connection and never answers: recv is inside libpq's
+        # connect when the signal comes. It must stop at once with 0, not die of the signal.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        try:
+            url = "postgres://postgres@127.0.0.1:%d/%s?sslmode=disable" % (silent.getsockname()[1], DBNAME)
+            r = Recv(env, url, "s", path("silent.jsonl"))
+            wait_until(lambda: established_to(r.proc.pid, silent.getsockname()[1]), 30,
+                       "recv to connect to the silent server")
+            expect_eq(r.stop(signal.SIGTERM), 0, "SIGTERM while connecting: exit status")
+            expect("stopping on signal before streaming began" in r.stderr(),
+                   "SIGTERM while connecting: said so (verbose)", got=r.stderr())
+            expect_eq(r.data(), b"", "SIGTERM while connecting: nothing written")
+        finally:
+            silent.close()
+        # A signal at any moment of the start (connect, authentication, START_REPLICATION), once
+        # recv runs (before its main(), no program can handle one): 0.
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.5):
+            for side in sides:
+                r = Recv(env, url_of(side), sides[side][1], path("%s-early-%g.jsonl" % (side, delay)))
+                r.wait_stderr("connecting to the server")
+                time.sleep(delay)
+                expect_eq(r.stop(signal.SIGTERM), 0,
+                          "%s: SIGTERM %.2f s after the start: exit status (stderr:\n%s)"
+                          % (side, delay, r.stderr()[-800:]))
+                expect_eq(r.lines(), [], "%s: SIGTERM %.2f s after the start: nothing written" % (side, delay))
+
     def drop_slots():
         for side in sides:
             r = subprocess.run([env.pgrelay, "recv", "--slot", sides[side][1], "--drop-slot", url_of(side)],
@@ -512,6 +545,8 @@ def body(env):
     env.check("recv stopped mid-stream and restarted: no loss, no duplicate", resume_mid_stream)
     env.check("recv signals inside a transaction: completed (one) or abandoned (two), then exactly once",
               signal_inside_large_transaction)
+    env.check("recv signalled while connecting or starting: exit 0, nothing written",
+              signal_before_streaming)
     env.check("recv --endpos, then --format pgoutput resumes exactly", endpos_and_pgoutput_format)
     env.check("recv errors: missing slot (hint), existing slot, no publication, wrong password", errors)
     def server_shutdown():
@@ -541,8 +576,8 @@ def wait_exit(recv, timeout):
         return "hung"
 
 
-def rx_queue(pid):
-    """Bytes waiting in the receive queues of the TCP sockets of process pid."""
+def socket_inodes(pid):
+    """The inodes of process pid's sockets, as /proc/net/tcp names them."""
     inodes = set()
     for fd in os.listdir("/proc/%d/fd" % pid):
         try:
@@ -551,6 +586,23 @@ def rx_queue(pid):
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
+    return inodes
+
+
+def established_to(pid, port):
+    """Whether process pid has an established TCP connection to 127.0.0.1:port."""
+    inodes = socket_inodes(pid)
+    with open("/proc/%d/net/tcp" % pid) as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[2].endswith(":%04X" % port) and fields[3] == "01" and fields[9] in inodes:
+                return True
+    return False
+
+
+def rx_queue(pid):
+    """Bytes waiting in the receive queues of the TCP sockets of process pid."""
+    inodes = socket_inodes(pid)
     total = 0
     for table in ("tcp", "tcp6"):
         try:
