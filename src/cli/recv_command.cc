@@ -1,7 +1,6 @@
 // `pgrelay recv`: a logical replication consumer in the spirit of pg_recvlogical.
 #include "cli/recv_command.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -131,10 +130,7 @@ class SignalWatch {
   SignalWatch& operator=(const SignalWatch&) = delete;
   int fd() const { return fd_; }
   // Whether a signal is waiting to be read (it stays there for the streaming loop).
-  bool pending() const {
-    pollfd p{fd_, POLLIN, 0};
-    return fd_ >= 0 && ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
-  }
+  bool pending() const { return readable(fd_); }
 
  private:
   int fd_ = -1;

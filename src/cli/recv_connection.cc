@@ -23,12 +23,6 @@ bool contains(std::string_view text, std::string_view needle) {
   return text.find(needle) != std::string_view::npos;
 }
 
-bool readable(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
-}
-
 // Waits until `fd` is ready for `events` or `stop_fd` is readable; false when it was stop_fd.
 bool wait_for(int fd, short events, int stop_fd) {
   for (;;) {
@@ -97,6 +91,12 @@ PgConn connect_with(const std::string& target, const std::string* password, int 
 }
 
 }  // namespace
+
+bool readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
 
 void add_fix_hint(Error& error) {
   if (!error.hint.empty()) return;

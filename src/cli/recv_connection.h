@@ -27,6 +27,9 @@ using PgResult = std::unique_ptr<PGresult, PgResultCloser>;
 // When `stop_fd` (a signalfd, or -1) becomes readable first, gives up with kQueryCanceled.
 Result<PgConn> connect_replication(const std::string& target, bool may_prompt, int stop_fd);
 
+// Whether `fd` (or -1: never) has something to read now, without waiting.
+bool readable(int fd);
+
 // Runs one replication command; anything but `expected` becomes an Error carrying the server's
 // SQLSTATE, message, detail and hint (or a hint of ours naming the fix).
 Result<PgResult> run_command(PGconn* conn, const std::string& command, ExecStatusType expected);
