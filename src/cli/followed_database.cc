@@ -1,6 +1,8 @@
-// What a follower serves: the log it rebuilds from the primary's stream, and that log shown
-// to the replication hubs as the database's capture.
+// What a follower serves: the log it rebuilds from the primary's stream, that log shown to the
+// replication hubs as the database's capture, and the primary's facts its sessions answer with.
 #include "cli/followed_database.h"
+
+#include "log/change_view.h"
 
 namespace pgrelay::cli {
 
@@ -44,6 +46,27 @@ server::CapturedParts FollowedDatabase::parts(std::shared_ptr<FollowedDatabase> 
   parts.capture = link_.get();
   parts.owner = std::move(self);
   return parts;
+}
+
+std::optional<server::StartupParameters> FollowedDatabase::parameters() const {
+  auto facts = follower_->server_facts();
+  if (!facts) return std::nullopt;
+  return std::move(facts->parameters);
+}
+
+Result<std::optional<std::string>> FollowedDatabase::catalog() {
+  auto facts = follower_->server_facts();
+  if (!facts) {
+    return Error::make(sqlstate::kObjectNotInPrerequisiteState,
+                       "the follower has not read its primary's server facts from the stream",
+                       "Wait until it has connected to NATS (pgrelay status), or give it "
+                       "--upstream URL to read publications there.");
+  }
+  // The primary read them when its log ended at as_of; its markers carry every change since.
+  auto marker = log::last_publications_change(*log_, facts->as_of + 1);
+  if (!marker.ok()) return marker.error();
+  if (*marker && (*marker)->after) return std::optional<std::string>(*(*marker)->after);
+  return std::move(facts->catalog);
 }
 
 }  // namespace pgrelay::cli

@@ -1,5 +1,5 @@
-// What a follower serves: the log it rebuilds from the primary's stream, and that log shown
-// to the replication hubs as the database's capture.
+// What a follower serves: the log it rebuilds from the primary's stream, that log shown to the
+// replication hubs as the database's capture, and the primary's facts its sessions answer with.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include "base/result.h"
 #include "capture/follower/stream_follower.h"
 #include "log/change_log.h"
+#include "server/primary_facts.h"
 #include "server/replication_hub.h"
 #include "server/replication_hubs.h"
 
@@ -29,13 +30,13 @@ class FollowerLink final : public server::CaptureLink {
   log::ChangeLog& log_;
 };
 
-class FollowedDatabase {
+class FollowedDatabase final : public server::PrimaryFacts {
  public:
   // Opens DATA_DIR/log (a follower's, or empty) and starts following into it.
   static Result<std::shared_ptr<FollowedDatabase>> start(const std::string& data_dir,
                                                          capture::FollowerOptions options,
                                                          Logger& logger);
-  ~FollowedDatabase();
+  ~FollowedDatabase() override;
   FollowedDatabase(const FollowedDatabase&) = delete;
   FollowedDatabase& operator=(const FollowedDatabase&) = delete;
 
@@ -44,6 +45,11 @@ class FollowedDatabase {
   capture::FollowerFigures figures() const { return follower_->figures(); }
   // For the hubs' CaptureStarter: the log and link, kept alive by `self`.
   server::CapturedParts parts(std::shared_ptr<FollowedDatabase> self);
+
+  // The primary's facts, as the stream last gave them.
+  std::optional<server::StartupParameters> parameters() const override;
+  // The facts' catalog, or that of the last publications marker the log holds after them.
+  Result<std::optional<std::string>> catalog() override;
 
  private:
   FollowedDatabase() = default;

@@ -10,6 +10,7 @@
 
 #include "base/child_process.h"
 #include "base/strings.h"
+#include "cli/primary_facts_reader.h"
 #include "log/file_util.h"
 #include "server/tls_setup.h"
 #include "upstream/virtual_catalog.h"
@@ -170,6 +171,13 @@ Status Relay::start_upstream() {
     upstream_ = *plan_.upstream;
     return {};
   }
+  if (upstream_absent()) {
+    // A follower without --upstream starts nothing: its database and the name clients log in
+    // with stand where the URL's would.
+    upstream_.dbname = plan_.follow->database;
+    upstream_.user = plan_.users->front().name;
+    return {};
+  }
   upstream::EmbeddedOptions embedded_options;
   embedded_options.data_dir = options_.data_dir;
   embedded_options.bin_dir = options_.pg_bin;
@@ -270,6 +278,9 @@ Status Relay::start_publisher() {
   nats::PublisherOptions options = *plan_.nats;
   options.database = upstream_.dbname;
   options.state_dir = options_.data_dir;
+  options.read_server_facts = [conninfo = upstream_.conninfo()] {
+    return read_primary_facts(conninfo);
+  };
   publisher_ = std::make_unique<nats::Publisher>(std::move(options), hub->log(), logger_);
   publisher_->start();
   logger_.info("publishing the change log to NATS JetStream",
@@ -289,8 +300,9 @@ Status Relay::start_publisher() {
 Status Relay::configure_sessions() {
   context_.logger = &logger_;
   context_.metrics = &metrics_;
-  context_.upstream = upstream_;
+  if (!upstream_absent()) context_.upstream = upstream_;
   context_.hubs = hubs_.get();
+  context_.primary_facts = followed_.get();
   context_.settings.wal_sender_timeout = std::chrono::seconds(options_.wal_sender_timeout_seconds);
   context_.auth.timeout = std::chrono::seconds(options_.authentication_timeout_seconds);
   context_.settings.max_wal_senders = options_.max_wal_senders;
@@ -437,6 +449,10 @@ std::string Relay::client_host() const {
   return host;
 }
 
+std::string Relay::upstream_description() const {
+  return upstream_absent() ? "none (a follower without --upstream)" : upstream_.describe();
+}
+
 std::string Relay::client_url(const std::string& database) const {
   std::string url = "postgres://" + url_encode(upstream_.user);
   if (!upstream_.password.empty()) url += ":" + url_encode(upstream_.password);
@@ -450,7 +466,7 @@ void Relay::announce_ready() {
   std::printf("pgrelay ready: %s\n", url.c_str());
   std::fflush(stdout);
   logger_.info("ready", {{"listen", host + ":" + std::to_string(port_)},
-                         {"upstream", upstream_.describe()},
+                         {"upstream", upstream_description()},
                          {"private_postgres", embedded_ != nullptr},
                          {"follower", followed_ != nullptr},
                          {"captured_databases", join(hubs_->captured())}});
@@ -511,7 +527,7 @@ Status Relay::start_zero() {
 Status Relay::start_admin() {
   if (!plan_.admin) return {};
   AdminSources sources;
-  sources.upstream = upstream_.describe();
+  sources.upstream = upstream_description();
   sources.capture_mode = plan_.follow ? "follower" : capture_mode(options_);
   sources.data_dir = options_.data_dir;
   sources.private_postgres = embedded_ != nullptr;

@@ -62,6 +62,9 @@ class Relay {
   Relay(const ServeOptions& options, ServePlan plan, Logger& logger, const LineTail* log_tail);
   // The steps of start(), in order.
   Status start_upstream();
+  // A follower started without --upstream: nothing to pass ordinary sessions to.
+  bool upstream_absent() const { return plan_.follow && !plan_.upstream; }
+  std::string upstream_description() const;
   Status open_slots();
   Status start_captures();
   // --follow, instead of start_captures(): the log rebuilt from the primary's stream.

@@ -108,7 +108,8 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
                       "Private PostgreSQL only: create this database if missing (repeatable),\n"
                       "e.g. for zero-cache's CVR and change databases. Every database is served\n"
                       "and, by default, captured (--capture-database). Several names may be\n"
-                      "separated by commas.")
+                      "separated by commas. With --follow and no --upstream: the one database\n"
+                      "the follower follows.")
           ->delimiter(','),
       "PGRELAY_DATABASE");
   env(cmd->add_option("--listen,-l", options.listen,
@@ -275,9 +276,11 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
                       "JetStream stream a primary pgrelay publishes with --nats, on these NATS\n"
                       "servers (comma-separated): the same transactions at the same LSNs. It\n"
                       "serves replication sessions from that log with slots of its own, and\n"
-                      "needs --upstream (the primary's upstream, or the primary itself), whose\n"
-                      "database it follows, for ordinary sessions and publications. The\n"
-                      "--nats-* options say how to reach the stream.")
+                      "the primary's server facts (settings, publications) from the stream.\n"
+                      "With --upstream (the primary's upstream, or the primary itself) it\n"
+                      "follows that URL's database and passes ordinary sessions there; without,\n"
+                      "it follows --database NAME, needs --user/--users, and refuses ordinary\n"
+                      "sessions (08004). The --nats-* options say how to reach the stream.")
           ->delimiter(',')
           ->group(nats_group),
       "PGRELAY_FOLLOW");

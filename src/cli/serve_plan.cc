@@ -192,20 +192,32 @@ Result<NatsPlan> plan_nats(const ServeOptions& options, const std::vector<std::s
   return out;
 }
 
-// --follow: a follower of the --upstream URL's database, which captures nothing itself.
+// --follow: a follower of the --upstream URL's database (or, without an upstream, of the one
+// --database names), which captures nothing itself.
 Result<capture::FollowerOptions> plan_follow(const ServeOptions& options,
-                                             const upstream::UpstreamConfig* upstream) {
+                                             const upstream::UpstreamConfig* upstream,
+                                             bool own_users) {
   if (!options.nats.empty()) {
     return Error::make(sqlstate::kInvalidParameterValue, "--follow and --nats exclude each other",
                        "A follower serves the stream its primary publishes; publish from the "
                        "primary only (drop --nats here).");
   }
-  if (upstream == nullptr) {
+  if (upstream == nullptr && options.databases.size() != 1) {
     return Error::make(
-        sqlstate::kInvalidParameterValue, "--follow needs --upstream URL",
-        "Give the database the primary captures, or the primary pgrelay's own URL: a follower "
-        "sends ordinary sessions there, and its replication sessions read publications from it. "
-        "It follows that URL's database.");
+        sqlstate::kInvalidParameterValue, "--follow without --upstream needs --database NAME",
+        "Name the database whose stream it follows (the primary's upstream database), once; or "
+        "give --upstream URL, whose database it follows and where ordinary sessions go.");
+  }
+  if (upstream != nullptr && !options.databases.empty()) {
+    return Error::make(sqlstate::kInvalidParameterValue,
+                       "--database does not apply to a follower with --upstream",
+                       "It follows the --upstream URL's database: drop --database.");
+  }
+  if (upstream == nullptr && !own_users) {
+    return Error::make(
+        sqlstate::kInvalidParameterValue, "--follow without --upstream needs --users or --user",
+        "Clients log in with the upstream URL's user by default, and there is none: name who "
+        "may log in (--user \"NAME SECRET replication\", SECRET from `pgrelay hash-password`).");
   }
   if (!options.capture.empty()) {
     return Error::make(sqlstate::kInvalidParameterValue, "--capture does not apply to --follow",
@@ -219,7 +231,8 @@ Result<capture::FollowerOptions> plan_follow(const ServeOptions& options,
   out.connect.name = "pgrelay follower";
   out.stream = std::move(nats->stream);
   out.subject_prefix = std::move(nats->subject_prefix);
-  out.database = upstream->dbname;
+  out.database = upstream != nullptr ? upstream->dbname : options.databases.front();
+  out.facts_dir = options.data_dir;
   return out;
 }
 
@@ -291,7 +304,7 @@ Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd
   auto listen = parse_listen(options.listen);
   if (!listen.ok()) return listen.error();
   plan.listen = *listen;
-  if (!options.upstream.empty() && !options.databases.empty()) {
+  if (!options.upstream.empty() && !options.databases.empty() && options.follow.empty()) {
     return Error::make(sqlstate::kInvalidParameterValue,
                        "--database creates databases in pgrelay's private PostgreSQL only",
                        "Create them on the upstream yourself (CREATE DATABASE), or drop "
@@ -326,7 +339,8 @@ Result<ServePlan> plan_serve(const ServeOptions& options, const std::string& cwd
     plan.admin = *admin;
   }
   if (!options.follow.empty()) {
-    auto follow = plan_follow(options, plan.upstream ? &*plan.upstream : nullptr);
+    auto follow =
+        plan_follow(options, plan.upstream ? &*plan.upstream : nullptr, plan.users.has_value());
     if (!follow.ok()) return follow.error();
     plan.follow = std::move(*follow);
   } else if (!options.nats.empty()) {

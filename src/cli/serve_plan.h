@@ -33,7 +33,7 @@ struct ServePlan {
   // filled in once it is known.
   std::optional<nats::PublisherOptions> nats;
   // --follow and the NATS options beside it: this pgrelay is a follower of the --upstream
-  // URL's database; nullopt: it captures.
+  // URL's database (without one, of --database's); nullopt: it captures.
   std::optional<capture::FollowerOptions> follow;
   // `pgrelay zero`: what zero-cache runs as; nullopt: no zero-cache.
   struct Zero {

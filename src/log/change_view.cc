@@ -753,6 +753,35 @@ Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& l
   return std::optional<PublicationsChange>();
 }
 
+Result<std::optional<PublicationsChange>> last_publications_change(ChangeLog& log, Lsn start) {
+  const MarkedEntries marked = log.marked_entries(start);
+  const Lsn unmarked_through = marked.unmarked_through;
+  for (auto it = marked.commit_lsns.rbegin(); it != marked.commit_lsns.rend(); ++it) {
+    if (unmarked_through.is_valid() && *it <= unmarked_through) break;  // searched below
+    auto marker = marker_in(log, *it);
+    if (!marker.ok() || marker->has_value()) return marker;
+  }
+  // Entries from before the list: those whose data holds the prefix's bytes, newest first.
+  std::vector<Lsn> holding;
+  if (unmarked_through.is_valid() && start <= unmarked_through) {
+    auto cursor = log.open_cursor(start);
+    if (!cursor.ok()) return cursor.error();
+    for (;;) {
+      auto meta = (*cursor)->next_entry();
+      if (!meta.ok()) return meta.error();
+      if (!meta->has_value() || (*meta)->commit_lsn > unmarked_through) break;
+      auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
+      if (!holds.ok()) return holds.error();
+      if (*holds) holding.push_back((*meta)->commit_lsn);
+    }
+  }
+  for (auto it = holding.rbegin(); it != holding.rend(); ++it) {
+    auto marker = marker_in(log, *it);
+    if (!marker.ok() || marker->has_value()) return marker;
+  }
+  return std::optional<PublicationsChange>();
+}
+
 Result<std::optional<Transaction>> apply_view(const ViewOptions& options, const Transaction& txn) {
   ChangeView view(options);
   view.start(entry_meta(txn.kind, txn.header, static_cast<std::uint32_t>(txn.changes.size())));

@@ -324,6 +324,12 @@ class ViewReader {
 // they stood where it starts (the marker's catalog before).
 Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start);
 
+// The last such marker from `start` on, as far as the log holds them now: the publications as
+// they stand at its end (a follower's, whose primary read them at `start`). Reads the marked
+// entries from the newest back; entries appended before the log kept that list are read
+// through from `start`.
+Result<std::optional<PublicationsChange>> last_publications_change(ChangeLog& log, Lsn start);
+
 // The view of a whole in-memory transaction; nullopt when the view skips it.
 Result<std::optional<Transaction>> apply_view(const ViewOptions& options, const Transaction& txn);
 

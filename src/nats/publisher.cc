@@ -249,6 +249,7 @@ Status Publisher::publish_from(const Connection& connection, const StreamEnd& en
         "stream miss them; a follower must be rebuilt from a new stream.";
     return e;
   }
+  PGRELAY_TRY(publish_server_facts(connection));
   const std::int64_t max_payload = connection.max_payload();
   const std::size_t part_size =
       static_cast<std::size_t>(std::max<std::int64_t>(1024, max_payload - kPartHeadroom));
@@ -353,6 +354,60 @@ Status Publisher::publish(const Connection& connection, const OutMessage& messag
   }
   std::lock_guard lock(mu_);
   expected_last_seq_ = seq;
+  return {};
+}
+
+Status Publisher::publish_server_facts(const Connection& connection) {
+  if (!options_.read_server_facts || facts_current_) return {};
+  // The log's end before the read: markers after it carry whatever changes from there on.
+  const wire::Lsn as_of = log_.last_end_lsn();
+  auto facts = options_.read_server_facts();
+  if (!facts.ok()) {
+    count_error("server_facts", facts.error().message);
+    logger_.warning(
+        "could not read the server facts followers answer sessions with; "
+        "publishing goes on, and they are read again at the next reconnect",
+        {{"error", facts.error().message}, {"hint", facts.error().hint}});
+    return {};
+  }
+  facts->as_of = as_of;
+  auto last = read_server_facts(connection, options_.stream, subjects_, options_.connect);
+  PGRELAY_TRY(last);
+  if (*last && (*last)->same_server(*facts)) {
+    facts_current_ = true;
+    return {};
+  }
+  const std::string payload = encode_server_facts(*facts);
+  natsMsg* raw = nullptr;
+  natsStatus s = natsMsg_Create(&raw, subjects_.server_facts().c_str(), nullptr, payload.data(),
+                                static_cast<int>(payload.size()));
+  MsgPtr msg(raw);
+  if (s != NATS_OK) return nats_error(s, "could not build a NATS message", options_.connect);
+  natsMsgHeader_Set(msg.get(), kHeaderLogId, log_id_.c_str());
+  natsMsgHeader_Set(msg.get(), kHeaderLsn, as_of.to_string().c_str());
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = options_.ack_wait.count();
+  {
+    // No publish is outstanding yet: the facts take the next sequence, as an entry would.
+    std::lock_guard lock(mu_);
+    po.ExpectLastSeq = expected_last_seq_;
+  }
+  jsPubAck* ack = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  s = js_PublishMsg(&ack, connection.js(), msg.get(), &po, &code);
+  if (s != NATS_OK) {
+    return nats_error(s, "could not publish the server facts to " + subjects_.server_facts(),
+                      options_.connect);
+  }
+  {
+    std::lock_guard lock(mu_);
+    expected_last_seq_ = ack->Sequence;
+  }
+  jsPubAck_Destroy(ack);
+  facts_current_ = true;
+  logger_.info("published the server facts followers answer sessions with",
+               {{"subject", subjects_.server_facts()}, {"as_of", as_of.to_string()}});
   return {};
 }
 

@@ -13,6 +13,9 @@
 //    visible, and what the stream holds it holds for good.
 //  - On start it resumes after the stream's last message of this database, read from the
 //    stream itself, not from local state that may be behind or lost.
+//  - Before the entries, it publishes the upstream's server facts (server_facts.h) when they
+//    differ from the stream's last ones, in the same sequence: followers answer sessions
+//    with them. Failing to read them is logged and never stops publishing.
 // NATS down, slow or misconfigured never blocks capture, pass-through or walsenders: the
 // publisher has its own thread, which only reads the log. It retries with backoff and logs
 // each distinct cause once.
@@ -21,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +52,10 @@ struct PublisherOptions {
   std::chrono::milliseconds ack_wait{5000};  // a publish not acked by then has failed
   std::chrono::milliseconds retry_min{250};
   std::chrono::milliseconds retry_max{10000};
+  // Reads the upstream's ParameterStatus values and publications catalog (as_of is the
+  // publisher's to set); null: no server facts are published. Called on the publisher's
+  // thread, blocking.
+  std::function<Result<ServerFacts>()> read_server_facts;
 };
 
 // The publisher's state as `pgrelay status` reads it: STATE_DIR/nats.json, rewritten as the
@@ -91,6 +99,8 @@ class Publisher {
   // Publishes from the stream's end on; returns on stop() (ok), a failed ack (ok, with
   // broken_ set: the caller reads the end again) or an error.
   Status publish_from(const Connection& connection, const StreamEnd& end);
+  // Publishes the server facts unless the stream's last ones say the same (once a session).
+  Status publish_server_facts(const Connection& connection);
   // `previous`: the commit LSN of the log's entry before `entry` (invalid: not known).
   Status publish(const Connection& connection, const OutMessage& message,
                  const EntryMessages& entry, wire::Lsn previous);
@@ -122,6 +132,7 @@ class Publisher {
   PublisherFigures figures_;
   bool state_dirty_ = false;  // the state changed on nats.c's thread: write the file now
   bool warned_ = false;       // the stream's warnings are logged once
+  bool facts_current_ = false;  // the stream holds the server facts this process read
   std::chrono::steady_clock::time_point state_written_;
 };
 

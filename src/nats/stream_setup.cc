@@ -242,4 +242,24 @@ Result<StreamEnd> read_stream_end(const Connection& connection, const std::strin
   return end;
 }
 
+Result<std::optional<ServerFacts>> read_server_facts(const Connection& connection,
+                                                     const std::string& name,
+                                                     const Subjects& subjects,
+                                                     const ConnectOptions& options) {
+  natsMsg* raw_msg = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const std::string& subject = subjects.server_facts();
+  natsStatus s =
+      js_GetLastMsg(&raw_msg, connection.js(), name.c_str(), subject.c_str(), nullptr, &code);
+  MsgPtr msg(raw_msg);
+  if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) return std::optional<ServerFacts>();
+  if (s != NATS_OK) {
+    return js_error(s, code, "could not read the server facts " + subject + " in " + name, options);
+  }
+  auto facts = parse_server_facts(std::string_view(
+      natsMsg_GetData(msg.get()), static_cast<std::size_t>(natsMsg_GetDataLength(msg.get()))));
+  if (!facts.ok()) return facts.error();
+  return std::optional<ServerFacts>(std::move(*facts));
+}
+
 }  // namespace pgrelay::nats

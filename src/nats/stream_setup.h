@@ -10,6 +10,7 @@
 #include "base/result.h"
 #include "nats/connection.h"
 #include "nats/message_id.h"
+#include "nats/server_facts.h"
 #include "nats/subjects.h"
 
 namespace pgrelay::nats {
@@ -74,5 +75,11 @@ struct StreamEnd {
 Result<StreamEnd> read_stream_end(const Connection& connection, const std::string& name,
                                   const Subjects& subjects, std::uint64_t log_id,
                                   const ConnectOptions& options);
+
+// The stream's last server facts of the database (nullopt: none published yet).
+Result<std::optional<ServerFacts>> read_server_facts(const Connection& connection,
+                                                     const std::string& name,
+                                                     const Subjects& subjects,
+                                                     const ConnectOptions& options);
 
 }  // namespace pgrelay::nats

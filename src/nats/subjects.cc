@@ -77,7 +77,8 @@ Subjects::Subjects(std::string prefix, std::string_view database)
     : prefix_(std::move(prefix)),
       database_(prefix_ + "." + escape_token(database)),
       messages_(database_ + "._message"),
-      transactions_(database_ + "._tx") {}
+      transactions_(database_ + "._tx"),
+      server_facts_(prefix_ + ".~server." + escape_token(database)) {}
 
 std::string Subjects::table(std::string_view schema, std::string_view table) const {
   return database_ + "." + escape_token(schema) + "." + escape_token(table);

@@ -9,9 +9,12 @@
 //   PREFIX.DATABASE.SCHEMA.TABLE   one message per row change (and per truncated table)
 //   PREFIX.DATABASE._message       logical messages (pg_logical_emit_message)
 //   PREFIX.DATABASE._tx            each transaction's log entry, for followers
+//   PREFIX.~server.DATABASE        the primary's server facts, for followers (server_facts.h)
 //
 // "_message" and "_tx" cannot be a schema's token: a schema's subject always has a table token
-// after it, so the two are told apart by their number of tokens.
+// after it, so the two are told apart by their number of tokens. "~server" is no escaped name
+// ('~' is followed by two hex digits in those), so the facts lie outside every database's
+// subjects: a stream's last message of a database is always one of its entries'.
 #pragma once
 
 #include <optional>
@@ -35,6 +38,7 @@ class Subjects {
   std::string table(std::string_view schema, std::string_view table) const;
   const std::string& messages() const { return messages_; }
   const std::string& transactions() const { return transactions_; }
+  const std::string& server_facts() const { return server_facts_; }
   // What a stream must hold for pgrelay to publish into it: every subject under the prefix.
   std::string all() const { return prefix_ + ".>"; }
   // Every subject of this database.
@@ -45,6 +49,7 @@ class Subjects {
   std::string database_;  // prefix and escaped database name
   std::string messages_;
   std::string transactions_;
+  std::string server_facts_;
 };
 
 }  // namespace pgrelay::nats

@@ -238,9 +238,11 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   // pg_dump names itself (libpq's fallback_application_name); its dumps leave pgrelay out.
   const StatementSource source(user.replication ? SlotAccess::kGranted : SlotAccess::kDenied,
                                startup.find("application_name").value_or("") == "pg_dump");
-  auto link =
-      co_await upstream::connect_upstream(context.upstream, std::string(startup.database()),
-                                          upstream_parameters(startup), context.upstream_tls);
+  Result<upstream::UpstreamLink> link = upstream_absent("ordinary sessions");
+  if (context.upstream) {
+    link = co_await upstream::connect_upstream(*context.upstream, std::string(startup.database()),
+                                               upstream_parameters(startup), context.upstream_tls);
+  }
   if (!link.ok()) {
     auto peer = client.transport().peer_address();
     note_error_sent(context, link.error(), /*ends_session=*/true,

@@ -483,6 +483,14 @@ Result<log::ViewOptions> view_of(const pgoutput::PublicationCatalog& catalog,
 }
 
 Result<pgoutput::PublicationCatalog> read_catalog(PGconn* conn) {
+  auto text = read_publication_catalog_text(conn);
+  if (!text.ok()) return text.error();
+  return pgoutput::parse_publication_catalog(*text);
+}
+
+}  // namespace
+
+Result<std::string> read_publication_catalog_text(PGconn* conn) {
   const std::string sql = pgoutput::publication_catalog_query("ARRAY[]::text[]");
   auto res = query(conn, sql.c_str(), nullptr);
   if (!res.ok()) return res.error();
@@ -491,8 +499,10 @@ Result<pgoutput::PublicationCatalog> read_catalog(PGconn* conn) {
                                                      std::to_string(PQntuples(res->get())) +
                                                      " rows");
   }
-  return pgoutput::parse_publication_catalog(PQgetvalue(res->get(), 0, 0));
+  return std::string(PQgetvalue(res->get(), 0, 0));
 }
+
+namespace {
 
 // ---- before PostgreSQL 15: publications by table name ----
 

@@ -41,6 +41,11 @@ Result<log::ViewOptions> load_publication_view(PGconn* conn, const std::vector<s
 Result<log::ViewOptions> publication_view_at(std::string_view catalog,
                                              const std::vector<std::string>& names, bool messages);
 
+// The publications' catalog as pgoutput::publication_catalog_query answers it (JSON text),
+// PostgreSQL 15 and later: what a primary publishes for its followers (nats/server_facts.h).
+// Blocking (libpq).
+Result<std::string> read_publication_catalog_text(PGconn* conn);
+
 // Waits until the upstream transaction `xid` (a full transaction id) is visible to new
 // snapshots. Logical decoding hands a commit out before the committing backend leaves the proc
 // array (right after its commit record is flushed, or once a synchronous standby has confirmed

@@ -5,11 +5,14 @@
 // executed here against the log and the slot registry; anything else is SQL and goes to an
 // upstream backend opened for the session (SET, SHOW, SELECT on pg_settings...), rewritten
 // like pass-through SQL. An exported snapshot lives until the next command, as in Postgres.
+// On a follower the primary's facts (primary_facts.h) stand in for the upstream: the session
+// opens an upstream backend only when SQL comes, and a follower without one refuses the SQL.
 #include "server/replication_session.h"
 
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "server/blocking.h"
 #include "server/command_result.h"
@@ -32,6 +35,24 @@ constexpr const char* kQuietClose = "00000";
 // upstream (a synchronous standby's confirmation away, at most) before it ends with why.
 constexpr auto kChangeVisibleWait = std::chrono::seconds(10);
 
+// Setting names, as SHOW matches them: case aside ("datestyle" is DateStyle).
+bool same_setting(std::string_view a, std::string_view b) {
+  return std::ranges::equal(
+      a, b, [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
+}
+
+// libpq's ALWAYS_SECURE_SEARCH_PATH_SQL, which pg_recvlogical and PostgreSQL's own subscriber
+// send on every replication connection before anything else.
+bool is_secure_search_path(std::string_view sql) {
+  while (!sql.empty() &&
+         (std::isspace(static_cast<unsigned char>(sql.back())) || sql.back() == ';')) {
+    sql.remove_suffix(1);
+  }
+  while (!sql.empty() && std::isspace(static_cast<unsigned char>(sql.front())))
+    sql.remove_prefix(1);
+  return sql == "SELECT pg_catalog.set_config('search_path', '', false)";
+}
+
 std::string slot_not_found(const std::string& name) {
   return "replication slot \"" + name + "\" does not exist";
 }
@@ -47,6 +68,12 @@ class ReplicationSession {
   upstream::awaitable<void> run();
 
  private:
+  // On a follower, the primary's ParameterStatus values as this session's client gets them;
+  // nullopt when the session must take them from an upstream backend.
+  std::optional<StartupParameters> facts_parameters() const;
+  // Opens the session's upstream backend unless it is open: 08004 naming `what` on a follower
+  // without an upstream.
+  upstream::awaitable<Status> ensure_upstream(const std::string& what);
   upstream::awaitable<Status> command_loop();
   upstream::awaitable<Status> execute(const ReplicationCommand& command, Bytes& out);
   // Sends `sql` to the upstream backend and relays its answer (the closing ReadyForQuery only
@@ -91,19 +118,23 @@ class ReplicationSession {
 };
 
 upstream::awaitable<void> ReplicationSession::run() {
-  // The SQL backend first: it proves the database exists and gives real ParameterStatus values.
-  StartupParameters parameters = upstream_parameters(startup_);
-  auto link = co_await upstream::connect_upstream(
-      context_.upstream, std::string(startup_.database()), parameters, context_.upstream_tls);
-  if (!link.ok()) {
-    note_error(link.error(), /*ends_session=*/true);
-    Bytes fatal = wire::encode(wire::make_error_response(link.error(), wire::Severity::kFatal));
-    (void)co_await client_.write(fatal);
-    co_return;
+  // A follower's sessions start from its primary's facts; others open the SQL backend first:
+  // it proves the database exists and gives real ParameterStatus values.
+  std::optional<StartupParameters> parameters = facts_parameters();
+  if (!parameters) {
+    Status linked = co_await ensure_upstream(
+        "replication sessions before it has read its "
+        "primary's server facts from the stream");
+    if (!linked.ok()) {
+      note_error(linked.error(), /*ends_session=*/true);
+      Bytes fatal = wire::encode(wire::make_error_response(linked.error(), wire::Severity::kFatal));
+      (void)co_await client_.write(fatal);
+      co_return;
+    }
+    parameters = sql_->parameters;
   }
-  sql_.emplace(std::move(*link));
   wire::BackendKeyData key = context_.cancels.issue(pid_, std::nullopt);
-  Bytes hello = session_hello(sql_->parameters, key);
+  Bytes hello = session_hello(*parameters, key);
   if ((co_await client_.write(hello)).ok()) {
     auto outcome = co_await command_loop();
     if (!outcome.ok()) {
@@ -115,7 +146,33 @@ upstream::awaitable<void> ReplicationSession::run() {
   }
   context_.cancels.forget(key);
   cleanup();
-  sql_->stream.transport().close();
+  if (sql_) sql_->stream.transport().close();
+}
+
+std::optional<StartupParameters> ReplicationSession::facts_parameters() const {
+  if (context_.primary_facts == nullptr) return std::nullopt;
+  // A database the follower does not serve is the upstream's to refuse (or to serve SQL).
+  if (!hubs_.scope().admits(std::string(startup_.database()))) return std::nullopt;
+  auto parameters = context_.primary_facts->parameters();
+  if (!parameters) return std::nullopt;
+  // What Postgres reports of the session itself is this session's, not the primary's.
+  const std::string application_name(startup_.find("application_name").value_or(""));
+  for (auto& [name, value] : *parameters) {
+    if (name == "application_name") value = application_name;
+    if (name == "session_authorization") value = user_.name;
+  }
+  return parameters;
+}
+
+upstream::awaitable<Status> ReplicationSession::ensure_upstream(const std::string& what) {
+  if (sql_) co_return Status{};
+  if (!context_.upstream) co_return upstream_absent(what);
+  auto link =
+      co_await upstream::connect_upstream(*context_.upstream, std::string(startup_.database()),
+                                          upstream_parameters(startup_), context_.upstream_tls);
+  if (!link.ok()) co_return link.error();
+  sql_.emplace(std::move(*link));
+  co_return Status{};
 }
 
 void ReplicationSession::cleanup() {
@@ -142,6 +199,22 @@ upstream::awaitable<Status> ReplicationSession::command_loop() {
         auto query = wire::parse_query(frame->body);
         if (!query.ok()) co_return query.error();
         if (!pgoutput::is_replication_command(query->sql)) {
+          // A follower answers the secure search_path itself (it means nothing to replication
+          // commands), so pg_recvlogical and subscribers need no upstream backend.
+          if (!sql_ && context_.primary_facts != nullptr && is_secure_search_path(query->sql)) {
+            append_result(out, {{"set_config"}}, {{std::string()}}, "SELECT 1");
+            append_ready(out, transaction_status_);
+            break;
+          }
+          // A follower opens its upstream backend for the first other SQL; without one the SQL
+          // is refused and the session goes on.
+          Status linked = co_await ensure_upstream("SQL on a replication connection");
+          if (!linked.ok()) {
+            note_error(linked.error(), /*ends_session=*/false);
+            append_error(out, linked.error());
+            append_ready(out, transaction_status_);
+            break;
+          }
           PGRELAY_CO_TRY(co_await relay_sql(query->sql));
           continue;
         }
@@ -265,11 +338,20 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
     if (show->name == "wal_sender_timeout") {
       value = std::to_string(s.wal_sender_timeout.count() / 1000) + "s";
     }
+    // pg_recvlogical asks it to make its files; a follower's own data directory's is 0700.
+    if (show->name == "data_directory_mode" && context_.primary_facts != nullptr) value = "0700";
+    // A follower knows the primary's reported settings (server_version, encodings...).
+    if (auto parameters = facts_parameters(); parameters && !value) {
+      for (const auto& [name, setting] : *parameters) {
+        if (same_setting(name, show->name)) value = setting;
+      }
+    }
     if (value) {
       append_result(out, {{show->name}}, {{value}}, "SHOW");
       co_return Status{};
     }
     // The upstream's answer to the same SHOW is what the client expects.
+    PGRELAY_CO_TRY(co_await ensure_upstream("SHOW " + show->name));
     PGRELAY_CO_TRY(co_await client_.write(out));
     out.clear();
     std::string sql = "SHOW " + show->name;
@@ -300,6 +382,7 @@ upstream::awaitable<Status> ReplicationSession::execute(const ReplicationCommand
 
 upstream::awaitable<Result<std::optional<std::string>>> ReplicationSession::side_query(
     const std::string& sql) {
+  PGRELAY_CO_TRY(co_await ensure_upstream("\"" + sql + "\""));
   Bytes query = wire::encode(wire::Query{sql});
   PGRELAY_CO_TRY(co_await sql_->stream.write(query));
   std::optional<Error> failed;
@@ -329,9 +412,12 @@ upstream::awaitable<Status> ReplicationSession::identify_system(Bytes& out) {
   ReplicationHub* hub = hubs_.find(std::string(startup_.database()));
   ReplicationHub* first = hubs_.find(hubs_.upstream().dbname);
   Lsn head = hub ? hub->log().last_end_lsn() : Lsn();
-  auto upstream_lsn = co_await side_query("SELECT pg_catalog.pg_current_wal_insert_lsn()");
-  if (upstream_lsn.ok() && *upstream_lsn) {
-    if (auto parsed = Lsn::parse(**upstream_lsn); parsed && *parsed > head) head = *parsed;
+  // A follower's log is what it serves: it does not open an upstream backend to ask.
+  if (context_.primary_facts == nullptr || sql_) {
+    auto upstream_lsn = co_await side_query("SELECT pg_catalog.pg_current_wal_insert_lsn()");
+    if (upstream_lsn.ok() && *upstream_lsn) {
+      if (auto parsed = Lsn::parse(**upstream_lsn); parsed && *parsed > head) head = *parsed;
+    }
   }
   append_result(out, {{"systemid"}, {"timeline", kInt4Oid, 4}, {"xlogpos"}, {"dbname"}},
                 {{std::to_string(first ? first->log().system_id() : 0), "1", head.to_string(),
@@ -464,11 +550,28 @@ upstream::awaitable<Result<ReplicationHub*>> ReplicationSession::open_hub() {
 upstream::awaitable<Result<WalsenderView>> ReplicationSession::load_view(
     ReplicationHub& hub, const pgoutput::PgoutputOptions& options,
     const log::PublicationsChange& change) {
-  auto conninfo = context_.upstream.conninfo(startup_.database());
+  // A follower's sessions read the primary's catalog from its facts; one with an upstream
+  // reads it there until the facts have come.
+  PrimaryFacts* facts = context_.primary_facts;
+  if (facts != nullptr && context_.upstream && !facts->parameters()) facts = nullptr;
   auto loaded = co_await run_blocking(hub.blocking(), [&]() -> Result<log::ViewOptions> {
     if (change.after) {
       return publication_view_at(*change.after, options.publication_names, options.messages);
     }
+    if (facts != nullptr) {
+      // A follower's: the primary's catalog as its log stands, no upstream asked.
+      auto catalog = facts->catalog();
+      if (!catalog.ok()) return catalog.error();
+      if (!*catalog) {
+        return Error::make(sqlstate::kFeatureNotSupported,
+                           "the follower has no publications catalog from its primary",
+                           "The primary publishes it only from a PostgreSQL 15 or later "
+                           "upstream. Stream from the primary pgrelay instead.");
+      }
+      return publication_view_at(**catalog, options.publication_names, options.messages);
+    }
+    if (!context_.upstream) return upstream_absent("reading publications");
+    const std::string conninfo = context_.upstream->conninfo(startup_.database());
     auto conn = hub.side_connections().acquire(conninfo);
     if (!conn.ok()) return conn.error();
     if (change.xid) PGRELAY_TRY(wait_until_visible(conn->get(), *change.xid, kChangeVisibleWait));
@@ -535,7 +638,14 @@ upstream::awaitable<Status> ReplicationSession::start_replication(
   params.requested_start = command.start;
   params.options = *options;
   params.view = std::move(*view);
-  if (options->binary) params.binary_conninfo = context_.upstream.conninfo(startup_.database());
+  if (options->binary) {
+    // The upstream's send functions make binary values.
+    if (!context_.upstream) {
+      (void)hubs_.slots().release(name);
+      co_return upstream_absent("binary mode (its send functions make the binary values)");
+    }
+    params.binary_conninfo = context_.upstream->conninfo(startup_.database());
+  }
   params.reload_view = [this, &hub, options = *options](const log::PublicationsChange& change) {
     return load_view(hub, options, change);
   };

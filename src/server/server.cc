@@ -251,8 +251,9 @@ upstream::awaitable<void> Server::serve_connection(upstream::tcp::socket socket)
     }
     if (auto* cancel = std::get_if<wire::CancelRequest>(&*packet)) {
       count(context_.metrics, server_metrics::kConnectionsAccepted, {{"kind", "cancel"}});
-      if (auto target = context_.cancels.lookup(cancel->pid, cancel->secret_key)) {
-        (void)co_await upstream::cancel_upstream(context_.upstream, *target);
+      auto target = context_.cancels.lookup(cancel->pid, cancel->secret_key);
+      if (target && context_.upstream) {
+        (void)co_await upstream::cancel_upstream(*context_.upstream, *target);
       }
       co_return;  // Postgres answers a cancel request by closing, whatever happened
     }

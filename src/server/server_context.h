@@ -13,6 +13,7 @@
 #include "base/logger.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/primary_facts.h"
 #include "server/replication_hubs.h"
 #include "server/shutdown_signal.h"
 #include "server/sql_rewrite.h"
@@ -51,12 +52,17 @@ using SqlRewrite =
     std::function<std::optional<std::string>(std::string_view, const StatementSource&)>;
 
 struct ServerContext {
-  upstream::UpstreamConfig upstream;
+  // Where ordinary sessions go; none on a follower started without --upstream, whose
+  // replication sessions answer from primary_facts alone.
+  std::optional<upstream::UpstreamConfig> upstream;
   asio::ssl::context* upstream_tls = nullptr;  // client side, for sslmode
   asio::ssl::context* server_tls = nullptr;    // our side; nullptr answers SSLRequest with N
   AuthConfig auth;
   // Replication of the upstream's databases; null: this server answers no replication.
   ReplicationHubs* hubs = nullptr;
+  // A follower's: replication sessions answer from these rather than from an upstream
+  // connection, opened then only for SQL (primary_facts.h). Null on a primary.
+  PrimaryFacts* primary_facts = nullptr;
   SqlRewrite rewrite;
   CancelRegistry cancels;
   // Triggered on the io thread when the server shuts down: pass-through sessions then end as

@@ -143,13 +143,15 @@ class Relay:
     """One `pgrelay serve` process."""
 
     def __init__(self, env, data_dir, port, extra_args, upstream=None):
+        """upstream: a URL, None for the test's upstream, False for none (a follower's)."""
         self.env = env
         self.data_dir = data_dir
         self.port = port
         self.log_path = os.path.join(env.base, "relay-%d.log" % len(env.relays))
         self.log_file = open(self.log_path, "wb")
-        args = [env.pgrelay, "serve", "--upstream", upstream or env.upstream_url(), "--listen",
-                "127.0.0.1:%d" % port, "--data-dir", data_dir] + list(extra_args)
+        upstream_args = [] if upstream is False else ["--upstream", upstream or env.upstream_url()]
+        args = [env.pgrelay, "serve"] + upstream_args + ["--listen", "127.0.0.1:%d" % port,
+                                                         "--data-dir", data_dir] + list(extra_args)
         self.args = args
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log_file,
                                      stdin=subprocess.DEVNULL)

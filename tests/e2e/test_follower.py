@@ -1,5 +1,6 @@
 # Followers of a primary's JetStream stream: logs rebuilt at the primary's LSNs, the same
-# pgoutput bytes served from them, consumer failover and kill -9, retention, and bad input.
+# pgoutput bytes served from them, consumer failover and kill -9, a follower without an
+# upstream (the primary's server facts from the stream), retention, and bad input.
 import json
 import os
 import random
@@ -31,8 +32,8 @@ PG_BIN = "/usr/lib/postgresql/15/bin"
 class Stream:
     """A psycopg2 replication stream of pgoutput v1, kept as (dataStart, payload) pairs."""
 
-    def __init__(self, url, slot, start_lsn):
-        self.conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection)
+    def __init__(self, url, slot, start_lsn, **connect):
+        self.conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection, **connect)
         self.cur = self.conn.cursor()
         self.cur.start_replication(slot_name=slot, decode=False, start_lsn=start_lsn, status_interval=5,
                                    options={"proto_version": "1", "publication_names": PUB})
@@ -73,9 +74,9 @@ def pump_until(streams, end, timeout, what):
             s.pump(0.05)
 
 
-def create_slot(url, name):
+def create_slot(url, name, **connect):
     """CREATE_REPLICATION_SLOT ... NOEXPORT_SNAPSHOT; returns its consistent point."""
-    conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection)
+    conn = psycopg2.connect(url, connection_factory=LogicalReplicationConnection, **connect)
     try:
         cur = conn.cursor()
         cur.execute('CREATE_REPLICATION_SLOT "%s" LOGICAL pgoutput NOEXPORT_SNAPSHOT' % name)
@@ -160,7 +161,7 @@ class Case:
 
     def start_follower(self, name, extra=(), port=None, upstream=None):
         relay = self.env.start_relay(data_dir=os.path.join(self.env.base, "follower-" + name),
-                                     port=port, upstream=upstream or self.env.upstream_url(DB),
+                                     port=port, upstream=self.env.upstream_url(DB) if upstream is None else upstream,
                                      extra_args=self.follower_args(name, extra))
         self.followers[name] = relay
         return relay
@@ -431,8 +432,168 @@ class Case:
                    got=r.stdout)
         env.check("pgrelay status of a follower: the stream and the sequence its log holds it through", status)
 
+        self.sessions_without_upstream_links()
+        self.without_upstream()
         self.retention()
         self.bad_input()
+
+    def sessions_without_upstream_links(self):
+        env = self.env
+
+        def lazy_link():
+            # A follower's replication sessions answer from the stream's server facts: none
+            # opens an upstream backend (it would carry the client's application_name) until
+            # SQL comes.
+            b = self.followers["b"]
+            start = create_slot(b.url, "probe")
+            conn = psycopg2.connect(b.url, connection_factory=LogicalReplicationConnection,
+                                    application_name="probe-b")
+            probes = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'probe-b'"
+            try:
+                cur = conn.cursor()
+                cur.execute("IDENTIFY_SYSTEM")
+                cur.fetchone()
+                cur.start_replication(slot_name="probe", decode=False, start_lsn=start,
+                                      options={"proto_version": "1", "publication_names": PUB})
+                env.db_query(DB, "INSERT INTO scratch VALUES (3, 'to probe-b')")
+                deadline = time.monotonic() + 30
+                got = b""
+                while b"to probe-b" not in got:
+                    expect(time.monotonic() < deadline, "follower b streams the row to probe-b")
+                    msg = cur.read_message()
+                    if msg is None:
+                        select.select([cur], [], [], 0.05)
+                        continue
+                    got += bytes(msg.payload)
+                expect_eq(env.db_query(DB, probes), [(0,)], "upstream backends of the streaming session")
+            finally:
+                conn.close()
+            conn = psycopg2.connect(b.url, connection_factory=LogicalReplicationConnection,
+                                    application_name="probe-b")
+            try:
+                cur = conn.cursor()
+                cur.execute("SELECT current_database()")
+                expect_eq(cur.fetchone(), (DB,), "SQL on the replication session, through --upstream")
+                expect_eq(env.db_query(DB, probes), [(1,)], "the upstream backend SQL opened")
+            finally:
+                conn.close()
+        env.check("a follower's replication sessions open an upstream backend only for SQL", lazy_link)
+
+    def without_upstream(self):
+        env = self.env
+        password = "follower-n-pw"
+        r = subprocess.run([env.pgrelay, "hash-password"], input=password + "\n", capture_output=True, text=True,
+                           timeout=30)
+        expect(r.returncode == 0, "pgrelay hash-password", got=r.stderr)
+        users = ["--database", DB, "--user", "rep %s replication" % r.stdout.strip()]
+        n = self.start_follower("n", extra=users, upstream=False)
+        slot_end = {}
+
+        def connect(relay, **kw):
+            return psycopg2.connect(relay.url, password=password, **kw)
+
+        def answers():
+            self.wait_caught_up(["n"])
+            version = env.db_query(DB, "SHOW server_version")[0][0]
+            conn = connect(n, connection_factory=LogicalReplicationConnection, application_name="probe-n")
+            try:
+                expect_eq(conn.get_parameter_status("server_version"), version,
+                          "ParameterStatus server_version: the primary's upstream's")
+                expect_eq(conn.get_parameter_status("application_name"), "probe-n",
+                          "ParameterStatus application_name: the session's own")
+                cur = conn.cursor()
+                cur.execute("IDENTIFY_SYSTEM")
+                row = cur.fetchone()
+                expect_eq(row[3], DB, "IDENTIFY_SYSTEM's dbname")
+                expect_eq(lsn_to_int(row[2]), int(self.head("n")), "IDENTIFY_SYSTEM's xlogpos: the follower's head")
+                cur.execute("SHOW server_version")
+                expect_eq(cur.fetchone()[0], version, "SHOW server_version")
+                try:
+                    cur.execute("SELECT 1")
+                    raise CheckFailed("SQL on a replication session of a follower without --upstream should fail")
+                except psycopg2.Error as e:
+                    expect_eq(e.pgcode, "08004", "SQLSTATE of SQL there")
+                    expect("--upstream" in str(e), "the hint names --upstream", got=str(e))
+                cur.execute("IDENTIFY_SYSTEM")
+                expect_eq(cur.fetchone()[3], DB, "the session goes on after the refusal")
+            finally:
+                conn.close()
+            try:
+                connect(n).close()
+                raise CheckFailed("an ordinary session on a follower without --upstream should be refused")
+            except psycopg2.OperationalError as e:
+                expect("has no upstream for ordinary sessions" in str(e) and "--upstream URL" in str(e),
+                       "the refusal names --upstream", got=str(e))
+        env.check("without --upstream: the primary's settings from the stream; IDENTIFY_SYSTEM, SHOW answered; "
+                  "SQL and ordinary sessions refused with 08004 naming --upstream", answers)
+
+        def recv(relay, slot, path, publication, pgpassword=None):
+            proc_env = dict(os.environ, PGPASSWORD=pgpassword) if pgpassword else None
+            r = subprocess.run([os.path.join(PG_BIN, "pg_recvlogical"), "-d", relay.url, "--slot", slot, "--start",
+                                "-f", path, "--no-loop", "-E", lsn_to_str(slot_end["end"]),
+                                "-o", "proto_version=1", "-o", "publication_names=" + publication],
+                               capture_output=True, text=True, timeout=120, env=proc_env)
+            expect(r.returncode == 0, "pg_recvlogical --endpos from %s" % relay.url, got=r.stderr)
+            with open(path, "rb") as f:
+                return f.read()
+
+        def streams():
+            # A publication made after the primary published its facts: the follower knows it
+            # from the marker capture logs in the DDL's transaction, before the row after it.
+            env.db_query(DB, "CREATE PUBLICATION only_scratch FOR TABLE scratch")
+            env.db_query(DB, "INSERT INTO scratch VALUES (6, 'fence for n')")
+            wait_until(lambda: "fence for n" in self.dump(os.path.join(env.base, "follower-n")), 60,
+                       "the row after CREATE PUBLICATION in follower n's log")
+            self.wait_caught_up(["n"])
+            create_slot(self.primary.url, "nslot")
+            create_slot(n.url, "nslot", password=password)
+            env.db_query(DB, "INSERT INTO scratch VALUES (4, 'scratch row for n')")
+            env.db_query(DB, "INSERT INTO accounts VALUES (900, 1, 'account row for n')")
+            env.db_query(DB, "INSERT INTO scratch VALUES (5, 'last scratch row for n')")
+            wait_until(lambda: "last scratch row for n" in self.dump(os.path.join(env.base, "follower-n")), 60,
+                       "the last row in follower n's log")
+            slot_end["end"] = self.wait_caught_up(["n"])
+            primary = recv(self.primary, "nslot", os.path.join(env.base, "recv-n-primary.bin"), "only_scratch")
+            got = recv(n, "nslot", os.path.join(env.base, "recv-n.bin"), "only_scratch", password)
+            expect(b"last scratch row for n" in primary and b"account row for n" not in primary,
+                   "the primary streams only_scratch's rows", got=primary[-300:])
+            expect_eq(got, primary, "pg_recvlogical's bytes from follower n")
+            conn = connect(n, connection_factory=LogicalReplicationConnection)
+            try:
+                cur = conn.cursor()
+                try:
+                    cur.start_replication(slot_name="nslot", decode=False, start_lsn=slot_end["end"],
+                                          options={"proto_version": "1", "publication_names": PUB, "binary": "true"})
+                    raise CheckFailed("binary mode on a follower without --upstream should be refused")
+                except psycopg2.Error as e:
+                    expect_eq(e.pgcode, "08004", "SQLSTATE of binary mode without --upstream")
+                    expect("--upstream" in str(e), "the hint names --upstream", got=str(e))
+            finally:
+                conn.close()
+        env.check("without --upstream: pg_recvlogical streams the primary's bytes, with a publication made "
+                  "since its facts; binary mode refused (08004)", streams)
+
+        def kept_facts():
+            # Restarted with NATS unreachable, it answers from the facts it kept.
+            n.stop()
+            dead = free_port()
+            again = env.start_relay(data_dir=os.path.join(env.base, "follower-n"), port=n.port, upstream=False,
+                                    extra_args=["--no-tls", "--follow", "nats://127.0.0.1:%d" % dead] + users)
+            try:
+                version = env.db_query(DB, "SHOW server_version")[0][0]
+                conn = connect(again, connection_factory=LogicalReplicationConnection)
+                try:
+                    cur = conn.cursor()
+                    cur.execute("SHOW server_version")
+                    expect_eq(cur.fetchone()[0], version, "SHOW server_version after the restart")
+                finally:
+                    conn.close()
+                expect(os.path.exists(os.path.join(env.base, "follower-n", "server_facts.json")),
+                       "the facts kept in the data directory")
+            finally:
+                again.stop()
+        env.check("without --upstream, restarted with NATS unreachable: it answers from the facts it kept",
+                  kept_facts)
 
     def retention(self):
         env = self.env
@@ -492,11 +653,13 @@ class Case:
         env = self.env
 
         def no_upstream():
-            r = subprocess.run([env.pgrelay, "serve", "--follow", self.cluster.urls(), "--data-dir",
-                                os.path.join(env.base, "x")], capture_output=True, text=True, timeout=30)
-            expect_eq(r.returncode, 2, "exit status of --follow without --upstream")
-            expect("--follow needs --upstream" in r.stderr, "the error names --upstream", got=r.stderr)
-        env.check("--follow without --upstream: exit 2 naming --upstream", no_upstream)
+            base = [env.pgrelay, "serve", "--follow", self.cluster.urls(), "--data-dir", os.path.join(env.base, "x")]
+            for extra, phrase in (([], "--follow without --upstream needs --database NAME"),
+                                  (["--database", DB], "--follow without --upstream needs --users or --user")):
+                r = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
+                expect_eq(r.returncode, 2, "exit status of --follow without --upstream %s" % " ".join(extra))
+                expect(phrase in r.stderr, "the error says %r" % phrase, got=r.stderr)
+        env.check("--follow without --upstream: exit 2 naming --database, then --user", no_upstream)
 
         def capture_into_a_followers_log():
             # Follower c stopped at the end of the retention check; its log is a follower's.

@@ -42,6 +42,7 @@ from nats_cluster import NatsCluster
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONF = "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n"
 DB = "app"
+FACTS_SUBJECT = "pgrelay.~server.%s" % DB  # the server facts followers answer sessions with
 WRITERS = 8
 RUN_SECONDS = 30
 HOT_ROWS = 20
@@ -77,6 +78,12 @@ class JetStreamClient:
             m["data"] = base64.b64decode(m["data"])
             out.append(m)
         return out
+
+
+def entry_messages(messages):
+    """The messages the log's entries were published as: all but the primary's server facts,
+    which lie outside the database's subjects."""
+    return [m for m in messages if m["subject"] != FACTS_SUBJECT]
 
 
 def parse_msg_id(text):
@@ -300,7 +307,18 @@ class Case:
         self.env.db_query(DB, "INSERT INTO fence VALUES (1)")
         fence = "pgrelay.%s.public.fence" % DB
         wait_until(lambda: self.js.read("PGRELAY", fence), 120, "the fence row on %s" % fence, 1.0)
-        messages = self.js.read("PGRELAY")
+        everything = self.js.read("PGRELAY")
+        facts = [m for m in everything if m["subject"] == FACTS_SUBJECT]
+        messages = entry_messages(everything)
+        expect(facts, "the server facts on pgrelay.~server.%s" % DB)
+        payloads = [json.loads(m["data"]) for m in facts]
+        version = self.env.db_query(DB, "SHOW server_version")[0][0]
+        expect_eq(dict(payloads[-1]["parameters"]).get("server_version"), version,
+                  "the facts' server_version, the upstream's")
+        expect(payloads[-1]["catalog"] is not None, "the facts carry the publications catalog")
+        for before, after in zip(payloads, payloads[1:]):
+            expect((before["parameters"], before["catalog"]) != (after["parameters"], after["catalog"]),
+                   "the facts are published again only when they change (kill -9 and restarts included)")
         ids = [m["headers"]["Nats-Msg-Id"] for m in messages]
         expect_eq(len(set(ids)), len(ids), "each Msg-Id once in the stream")
         txs = transactions_of(messages)
@@ -390,7 +408,7 @@ class Case:
                and not (part and k + 1 == int(cut["headers"]["Pgrelay-Part"].split("/")[1])),
                "killed with the stream ending inside the large transaction", got=cut["headers"])
         self.wait_published(xid)
-        messages = self.js.read("PGRELAY")
+        messages = entry_messages(self.js.read("PGRELAY"))
         ids = [m["headers"]["Nats-Msg-Id"] for m in messages]
         expect_eq(len(set(ids)), len(ids), "each Msg-Id once in the stream")
         txs = transactions_of(messages)
@@ -404,7 +422,7 @@ class Case:
             last, cut["seq"], lsn, cut["headers"]["Nats-Msg-Id"]))
 
     def status_line(self):
-        last = transactions_of(self.js.read("PGRELAY"))[-1][0]
+        last = transactions_of(entry_messages(self.js.read("PGRELAY")))[-1][0]
 
         def status():
             r = subprocess.run([self.env.pgrelay, "status", "-D", self.data_dir, "--json"], capture_output=True,

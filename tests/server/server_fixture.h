@@ -83,15 +83,15 @@ class RelayHarness {
       if (!slots.ok()) throw PgError(slots.error().message);
       slots_ = std::move(*slots);
       pool_ = std::make_unique<asio::thread_pool>(2);
-      capture_ = std::make_unique<DirectCaptureLink>(context_.upstream.conninfo(), *log_);
+      capture_ = std::make_unique<DirectCaptureLink>(context_.upstream->conninfo(), *log_);
       // One captured database, postgres; the others are refused.
       hubs_ = std::make_unique<server::ReplicationHubs>(
-          io_.get_executor(), *pool_, *slots_, context_.upstream,
-          server::CaptureScope(context_.upstream.dbname, {}),
+          io_.get_executor(), *pool_, *slots_, *context_.upstream,
+          server::CaptureScope(context_.upstream->dbname, {}),
           [this](const std::string&) -> Result<server::CapturedParts> {
             return server::CapturedParts{log_.get(), capture_.get(), nullptr};
           });
-      auto first = hubs_->open(context_.upstream.dbname);
+      auto first = hubs_->open(context_.upstream->dbname);
       if (!first.ok()) throw PgError(first.error().message);
       hub_ = *first;
       context_.hubs = hubs_.get();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/strings.h"
+#include "log/file_util.h"
 #include "nats/message_id.h"
 #include "nats/stream_setup.h"
 
@@ -76,8 +77,25 @@ Result<std::unique_ptr<StreamFollower>> StreamFollower::make(FollowerOptions opt
                            " was captured from an upstream, not rebuilt from a stream",
                        "Give the follower a --data-dir of its own: it rebuilds its log there.");
   }
-  return std::unique_ptr<StreamFollower>(
+  std::optional<nats::ServerFacts> facts;
+  if (!options.facts_dir.empty()) {
+    const std::string path = options.facts_dir + "/" + kFactsFileName;
+    if (auto kept = log::read_whole_file(path); kept.ok()) {
+      auto parsed = nats::parse_server_facts(
+          std::string_view(reinterpret_cast<const char*>(kept->data()), kept->size()));
+      if (!parsed.ok()) {
+        Error e = parsed.error();
+        e.message = path + ": " + e.message;
+        e.hint = "Remove the file: the follower reads the facts from the stream again.";
+        return e;
+      }
+      facts = std::move(*parsed);
+    }
+  }
+  std::unique_ptr<StreamFollower> out(
       new StreamFollower(std::move(options), log, logger, std::move(checkpoint)));
+  out->facts_ = std::move(facts);
+  return out;
 }
 
 StreamFollower::StreamFollower(FollowerOptions options, log::ChangeLog& log, Logger& logger,
@@ -114,6 +132,37 @@ void StreamFollower::stop() {
 FollowerFigures StreamFollower::figures() const {
   std::lock_guard lock(mu_);
   return figures_;
+}
+
+std::optional<nats::ServerFacts> StreamFollower::server_facts() const {
+  std::lock_guard lock(mu_);
+  return facts_;
+}
+
+Status StreamFollower::refresh_facts(const nats::Connection& connection) {
+  auto read = nats::read_server_facts(connection, options_.stream, subjects_, options_.connect);
+  PGRELAY_TRY(read);
+  if (!*read) {
+    if (!std::exchange(warned_no_facts_, true)) {
+      logger_.warning(
+          "the stream holds no server facts of the database yet: replication "
+          "sessions need --upstream until the primary publishes them",
+          {{"stream", options_.stream},
+           {"subject", subjects_.server_facts()},
+           {"hint", "Run the primary with a pgrelay that publishes them."}});
+    }
+    return {};
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (facts_ && facts_->same_server(**read) && facts_->as_of == (*read)->as_of) return {};
+    facts_ = **read;
+  }
+  logger_.info("read the primary's server facts from the stream",
+               {{"subject", subjects_.server_facts()}, {"as_of", (*read)->as_of.to_string()}});
+  if (options_.facts_dir.empty()) return {};
+  const std::string text = nats::encode_server_facts(**read);
+  return log::write_file_atomically(options_.facts_dir, kFactsFileName, as_bytes(text));
 }
 
 void StreamFollower::set_state(const char* state) {
@@ -189,6 +238,8 @@ Status StreamFollower::follow(const nats::Connection& connection) {
   // Retention removed what lies before the stream's first message; whether any of it was this
   // log's, the first entry's Pgrelay-Previous-Lsn says.
   start = std::max(start, bounds->first_seq);
+  PGRELAY_TRY(refresh_facts(connection));
+  auto facts_read = std::chrono::steady_clock::now();
 
   const std::string filter = subjects_.transactions();
   jsSubOptions so;
@@ -220,6 +271,10 @@ Status StreamFollower::follow(const nats::Connection& connection) {
     nats::MsgPtr msg(raw_msg);
     if (s == NATS_TIMEOUT) {
       PGRELAY_TRY(flush());
+      if (std::chrono::steady_clock::now() - facts_read >= options_.facts_interval) {
+        PGRELAY_TRY(refresh_facts(connection));
+        facts_read = std::chrono::steady_clock::now();
+      }
       continue;
     }
     if (s != NATS_OK) {

@@ -11,6 +11,9 @@
 //    appends one only right after that entry, so transactions the stream no longer holds
 //    (its retention removed them before the follower read them) are an error, never a gap.
 //  - The log id of every message must be the one the follower's log follows.
+// Beside the log it keeps the primary's last server facts (nats/server_facts.h), read from the
+// stream when it connects and every `facts_interval`, and kept in a file so that a restart
+// without NATS still has them.
 // NATS down or slow never stops the server: the follower has its own thread, retries with
 // backoff and logs each distinct cause once.
 #pragma once
@@ -30,6 +33,7 @@
 #include "capture/follower/follower_checkpoint.h"
 #include "log/change_log.h"
 #include "nats/connection.h"
+#include "nats/server_facts.h"
 #include "nats/subjects.h"
 
 namespace pgrelay::capture {
@@ -44,7 +48,12 @@ struct FollowerOptions {
   std::size_t batch_entries = 1024;
   std::chrono::milliseconds retry_min{250};
   std::chrono::milliseconds retry_max{10000};
+  std::chrono::milliseconds facts_interval{30000};
+  // Where kFactsFileName keeps the last server facts read; empty: nowhere.
+  std::string facts_dir;
 };
+
+inline constexpr const char* kFactsFileName = "server_facts.json";
 
 struct FollowerFigures {
   std::string state;                   // "connecting", "following", "retrying", "stopped"
@@ -70,6 +79,8 @@ class StreamFollower {
   // Stops reading; what was read but not appended is read again at the next start.
   void stop();
   FollowerFigures figures() const;
+  // The primary's last server facts read (or kept from before); nullopt: none yet.
+  std::optional<nats::ServerFacts> server_facts() const;
 
  private:
   StreamFollower(FollowerOptions options, log::ChangeLog& log, Logger& logger,
@@ -79,6 +90,8 @@ class StreamFollower {
   // what was read is appended before it returns.
   Status session();
   Status follow(const nats::Connection& connection);
+  // Reads the stream's last server facts, keeping them when they are new.
+  Status refresh_facts(const nats::Connection& connection);
   // Checks one entry read whole, and adds it to the batch unless the log holds it already.
   Status take(AssembledEntry entry);
   // Appends what was read (entries and the checkpoint after them) as one batch.
@@ -101,12 +114,14 @@ class StreamFollower {
   std::uint64_t read_seq_ = 0;      // the sequence everything read so far is complete up to
   wire::Lsn head_;                  // commit LSN of the newest entry, appended or in batch_
   std::uint64_t logged_start_ = 0;  // where the last "following" line said reading began
+  bool warned_no_facts_ = false;    // the stream held no server facts: said once
 
   BackgroundThread thread_;
   ErrorNews news_;  // which failures to log
 
   mutable std::mutex mu_;  // what follows
   FollowerFigures figures_;
+  std::optional<nats::ServerFacts> facts_;
 };
 
 }  // namespace pgrelay::capture
