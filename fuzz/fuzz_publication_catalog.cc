@@ -1,5 +1,6 @@
-// Fuzzes what a publications-changed marker carries: its content's parts and the catalog JSON a
-// view is made from; whatever they accept must hold together, anything else is an XX001 error.
+// Fuzzes what a publications-changed marker carries (its content's parts and the catalog JSON a
+// view is made from) and the server facts a follower reads from the stream, which carry such a
+// catalog: whatever they accept must hold together and round-trip, anything else is an error.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <string_view>
 
 #include "log/change_view.h"
+#include "nats/server_facts.h"
 #include "pgoutput/publication_catalog.h"
 
 using namespace pgrelay;
@@ -47,15 +49,31 @@ void fuzz_catalog(std::string_view json) {
   check(again.ok() && *again == *catalog);
 }
 
+void fuzz_facts(std::string_view payload) {
+  auto facts = nats::parse_server_facts(payload);
+  if (!facts.ok()) {
+    check(facts.error().sqlstate == sqlstate::kObjectNotInPrerequisiteState);
+    return;
+  }
+  auto again = nats::parse_server_facts(nats::encode_server_facts(*facts));
+  check(again.ok() && again->same_server(*facts) && again->as_of == facts->as_of);
+  if (facts->catalog) fuzz_catalog(*facts->catalog);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 0) {
-    fuzz_content(text);
-  } else {
-    fuzz_catalog(text);
+  switch (data[0] % 3) {
+    case 0:
+      fuzz_content(text);
+      break;
+    case 1:
+      fuzz_catalog(text);
+      break;
+    default:
+      fuzz_facts(text);
   }
   return 0;
 }

@@ -123,6 +123,22 @@ TEST(ServePlan, FollowPlansAFollowerOfTheUpstreamDatabase) {
   EXPECT_FALSE(plan_serve(ServeOptions{})->follow.has_value());
 }
 
+TEST(ServePlan, AFollowerWithoutUpstreamFollowsItsDatabaseWithItsOwnUsers) {
+  ServeOptions options;
+  options.follow = {"127.0.0.1:4222"};
+  options.databases = {"shop"};
+  options.users = {"rep md5d41d8cd98f00b204e9800998ecf8427e replication"};
+  options.data_dir = "/var/lib/pgrelay";
+  auto plan = plan_serve(options);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_FALSE(plan->upstream.has_value());
+  ASSERT_TRUE(plan->follow.has_value());
+  EXPECT_EQ(plan->follow->database, "shop");
+  EXPECT_EQ(plan->follow->facts_dir, "/var/lib/pgrelay");
+  ASSERT_TRUE(plan->users.has_value());
+  EXPECT_EQ(plan->users->front().name, "rep");
+}
+
 TEST(ServePlan, FollowTakesTheNatsOptions) {
   ServeOptions options;
   options.follow = {"nats://n1.example:4222", "tls://n2.example:4222"};
@@ -154,8 +170,24 @@ TEST(ServePlan, EachBadFollowOptionIsNamedWithItsFix) {
   };
   Error upstream = with([](ServeOptions& o) { o.upstream.clear(); });
   EXPECT_EQ(upstream.sqlstate, sqlstate::kInvalidParameterValue);
-  EXPECT_NE(upstream.message.find("--upstream"), std::string::npos) << upstream.message;
-  EXPECT_NE(upstream.message.find("--follow"), std::string::npos) << upstream.message;
+  EXPECT_EQ(upstream.message, "--follow without --upstream needs --database NAME");
+  EXPECT_NE(upstream.hint.find("--upstream URL"), std::string::npos) << upstream.hint;
+
+  Error users = with([](ServeOptions& o) {
+    o.upstream.clear();
+    o.databases = {"app"};
+  });
+  EXPECT_EQ(users.message, "--follow without --upstream needs --users or --user");
+  EXPECT_NE(users.hint.find("pgrelay hash-password"), std::string::npos) << users.hint;
+
+  Error two = with([](ServeOptions& o) {
+    o.upstream.clear();
+    o.databases = {"app", "other"};
+  });
+  EXPECT_EQ(two.message, "--follow without --upstream needs --database NAME");
+
+  Error database = with([](ServeOptions& o) { o.databases = {"other"}; });
+  EXPECT_EQ(database.message, "--database does not apply to a follower with --upstream");
 
   Error nats = with([](ServeOptions& o) { o.nats = {"127.0.0.1:4222"}; });
   EXPECT_EQ(nats.sqlstate, sqlstate::kInvalidParameterValue);

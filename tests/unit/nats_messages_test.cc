@@ -9,6 +9,7 @@
 #include "log/transaction.h"
 #include "nats/entry_messages.h"
 #include "nats/message_id.h"
+#include "nats/server_facts.h"
 #include "nats/stream_setup.h"
 #include "nats/subjects.h"
 
@@ -28,6 +29,57 @@ TEST(NatsSubjects, PlainNamesStayAsTheyAre) {
   EXPECT_EQ(s.transactions(), "pgrelay.app._tx");
   EXPECT_EQ(s.all(), "pgrelay.>");
   EXPECT_EQ(s.database_subjects(), "pgrelay.app.>");
+}
+
+TEST(NatsSubjects, ServerFactsLieOutsideEveryDatabasesSubjects) {
+  EXPECT_EQ(Subjects("pgrelay", "app").server_facts(), "pgrelay.~server.app");
+  EXPECT_EQ(Subjects("pgrelay", "my db").server_facts(), "pgrelay.~server.my~20db");
+  // No database's token is "~server" (an escaped name has two hex digits after '~'), so no
+  // database's subjects take another's facts.
+  EXPECT_FALSE(unescape_token("~server").has_value());
+  EXPECT_EQ(escape_token("~server"), "~7Eserver");
+  EXPECT_FALSE(subject_covers(Subjects("pgrelay", "~server").database_subjects(),
+                              Subjects("pgrelay", "app").server_facts()));
+  EXPECT_TRUE(subject_covers(Subjects("pgrelay", "app").all(),
+                             Subjects("pgrelay", "app").server_facts()));
+}
+
+TEST(NatsServerFacts, RoundTripInTheUpstreamsOrder) {
+  ServerFacts facts;
+  facts.parameters = {{"server_version", "15.10"}, {"DateStyle", "ISO, MDY"}, {"a\"b", "\n\x01"}};
+  facts.catalog = R"({"publications":[]})";
+  facts.as_of = Lsn(0x1'0000'00A0);
+  auto parsed = parse_server_facts(encode_server_facts(facts));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  EXPECT_EQ(parsed->parameters, facts.parameters);
+  EXPECT_EQ(parsed->catalog, facts.catalog);
+  EXPECT_EQ(parsed->as_of, facts.as_of);
+  EXPECT_TRUE(parsed->same_server(facts));
+
+  facts.catalog.reset();  // before PostgreSQL 15
+  parsed = parse_server_facts(encode_server_facts(facts));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  EXPECT_FALSE(parsed->catalog.has_value());
+  ServerFacts later = *parsed;
+  later.as_of = Lsn(0x2'0000'0000);
+  EXPECT_TRUE(later.same_server(*parsed)) << "where the log stood is not what the server says";
+  later.parameters[0].second = "16.1";
+  EXPECT_FALSE(later.same_server(*parsed));
+}
+
+TEST(NatsServerFacts, PayloadsPgrelayDidNotWriteAreRefused) {
+  for (const char* payload :
+       {"", "not json", "[]", "{}", R"({"parameters":{},"catalog":null,"as_of":"0/0"})",
+        R"({"parameters":[["a"]],"catalog":null,"as_of":"0/0"})",
+        R"({"parameters":[["a",1]],"catalog":null,"as_of":"0/0"})",
+        R"({"parameters":[],"catalog":7,"as_of":"0/0"})",
+        R"({"parameters":[],"catalog":null})", R"({"parameters":[],"catalog":null,"as_of":"x"})",
+        R"({"parameters":[],"as_of":"0/0"})"}) {
+    auto parsed = parse_server_facts(payload);
+    ASSERT_FALSE(parsed.ok()) << payload;
+    EXPECT_EQ(parsed.error().sqlstate, sqlstate::kObjectNotInPrerequisiteState) << payload;
+    EXPECT_NE(parsed.error().hint.find("stream its primary publishes"), std::string::npos);
+  }
 }
 
 TEST(NatsSubjects, EveryOtherByteIsEscapedReversibly) {
