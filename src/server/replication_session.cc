@@ -71,6 +71,9 @@ class ReplicationSession {
   // On a follower, the primary's ParameterStatus values as this session's client gets them;
   // nullopt when the session must take them from an upstream backend.
   std::optional<StartupParameters> facts_parameters() const;
+  // Why a follower without an upstream cannot start this session without facts: the database
+  // is not the one it follows, or it has not read them yet.
+  Error facts_missing() const;
   // Opens the session's upstream backend unless it is open: 08004 naming `what` on a follower
   // without an upstream.
   upstream::awaitable<Status> ensure_upstream(const std::string& what);
@@ -122,9 +125,8 @@ upstream::awaitable<void> ReplicationSession::run() {
   // it proves the database exists and gives real ParameterStatus values.
   std::optional<StartupParameters> parameters = facts_parameters();
   if (!parameters) {
-    Status linked = co_await ensure_upstream(
-        "replication sessions before it has read its "
-        "primary's server facts from the stream");
+    Status linked = facts_missing();
+    if (context_.upstream) linked = co_await ensure_upstream("replication sessions");
     if (!linked.ok()) {
       note_error(linked.error(), /*ends_session=*/true);
       Bytes fatal = wire::encode(wire::make_error_response(linked.error(), wire::Severity::kFatal));
@@ -162,6 +164,21 @@ std::optional<StartupParameters> ReplicationSession::facts_parameters() const {
     if (name == "session_authorization") value = user_.name;
   }
   return parameters;
+}
+
+Error ReplicationSession::facts_missing() const {
+  const std::string database(startup_.database());
+  if (!hubs_.scope().admits(database)) {
+    return Error::make(sqlstate::kInvalidCatalogName,
+                       "this pgrelay follower serves database \"" + hubs_.upstream().dbname +
+                           "\", not \"" + database + "\"",
+                       "Connect to " + hubs_.upstream().dbname +
+                           ", or run a follower of that database's stream (--database).");
+  }
+  return Error::make("57P03", "the follower has not read its primary's server facts yet",
+                     "It reads them from the stream when it connects to NATS (pgrelay status "
+                     "shows whether it has); the primary publishes them when it starts "
+                     "publishing. Retry shortly, or give the follower --upstream URL.");
 }
 
 upstream::awaitable<Status> ReplicationSession::ensure_upstream(const std::string& what) {

@@ -519,13 +519,21 @@ class Case:
             finally:
                 conn.close()
             try:
+                psycopg2.connect(n.url.rsplit("/", 1)[0] + "/postgres", password=password,
+                                 connection_factory=LogicalReplicationConnection).close()
+                raise CheckFailed("a replication session of another database should be refused")
+            except psycopg2.OperationalError as e:
+                expect('serves database "%s", not "postgres"' % DB in str(e) and "--database" in str(e),
+                       "the refusal names the database it serves", got=str(e))
+            try:
                 connect(n).close()
                 raise CheckFailed("an ordinary session on a follower without --upstream should be refused")
             except psycopg2.OperationalError as e:
                 expect("has no upstream for ordinary sessions" in str(e) and "--upstream URL" in str(e),
                        "the refusal names --upstream", got=str(e))
         env.check("without --upstream: the primary's settings from the stream; IDENTIFY_SYSTEM, SHOW answered; "
-                  "SQL and ordinary sessions refused with 08004 naming --upstream", answers)
+                  "SQL and ordinary sessions refused with 08004 naming --upstream, another database with 3D000",
+                  answers)
 
         def recv(relay, slot, path, publication, pgpassword=None):
             proc_env = dict(os.environ, PGPASSWORD=pgpassword) if pgpassword else None
@@ -604,6 +612,10 @@ class Case:
             self.followers["b"].stop()
             for i in range(5):
                 env.db_query(DB, "INSERT INTO scratch VALUES (%d, 'while b is down')" % (100 + i))
+            # Published, not only captured: a lag of 0 alone may be read before capture took them.
+            scratch = "pgrelay.%s.public.scratch" % DB
+            wait_until(lambda: any((json.loads(m["data"]).get("new") or {}).get("id") == "104"
+                                   for m in self.js.read("PGRELAY", scratch)), 60, "the last row on " + scratch)
             wait_until(lambda: (self.metric("primary", "pgrelay_nats_lag_bytes") or 0) == 0, 30, "the primary published")
             last = self.js.last("PGRELAY", "pgrelay.%s._tx" % DB)
             self.js.run("purge", "PGRELAY", str(last["seq"] + 1))
