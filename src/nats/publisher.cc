@@ -378,6 +378,20 @@ Status Publisher::publish_server_facts(const Connection& connection) {
     return {};
   }
   const std::string payload = encode_server_facts(*facts);
+  // Followers can do without the facts (with --upstream); the entries cannot wait for them.
+  const auto give_up = [&](const std::string& why, const std::string& hint) {
+    count_error("server_facts", why);
+    logger_.warning("not publishing the server facts: " + why,
+                    {{"subject", subjects_.server_facts()}, {"hint", hint}});
+    facts_current_ = true;
+  };
+  if (static_cast<std::int64_t>(payload.size()) > connection.max_payload()) {
+    give_up(std::to_string(payload.size()) + " bytes exceed the NATS servers' max_payload of " +
+                std::to_string(connection.max_payload()),
+            "Raise max_payload in the NATS servers' configuration; until then followers read "
+            "publications from their --upstream.");
+    return {};
+  }
   natsMsg* raw = nullptr;
   natsStatus s = natsMsg_Create(&raw, subjects_.server_facts().c_str(), nullptr, payload.data(),
                                 static_cast<int>(payload.size()));
@@ -397,8 +411,12 @@ Status Publisher::publish_server_facts(const Connection& connection) {
   jsErrCode code = static_cast<jsErrCode>(0);
   s = js_PublishMsg(&ack, connection.js(), msg.get(), &po, &code);
   if (s != NATS_OK) {
-    return nats_error(s, "could not publish the server facts to " + subjects_.server_facts(),
-                      options_.connect);
+    // Whether it was stored is unknown: the caller reads the stream's end again. A cause that
+    // persists (a permission on this subject alone) must not hold the entries back for good.
+    Error e = nats_error(s, "could not publish the server facts to " + subjects_.server_facts(),
+                         options_.connect);
+    if (++facts_failures_ >= 3) give_up(e.message, e.hint);
+    return e;
   }
   {
     std::lock_guard lock(mu_);

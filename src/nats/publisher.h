@@ -133,6 +133,7 @@ class Publisher {
   bool state_dirty_ = false;  // the state changed on nats.c's thread: write the file now
   bool warned_ = false;       // the stream's warnings are logged once
   bool facts_current_ = false;  // the stream holds the server facts this process read
+  int facts_failures_ = 0;      // publishing them failed: after 3, they are given up
   std::chrono::steady_clock::time_point state_written_;
 };
 

@@ -521,6 +521,29 @@ class Case:
         self.captures(relay, mp, "bad_subjects")
         relay.stop()
 
+    def facts_too_large(self):
+        # Server facts (40 publications in their catalog) larger than the servers' max_payload:
+        # said with the fix, and the transactions are published all the same.
+        small = NatsCluster(self.env, "small_payload", 1, extra="max_payload: 2048").start()
+        name = "big_facts"
+        self.env.psql_admin("CREATE DATABASE %s" % name, db="postgres")
+        self.env.db_query(name, "CREATE TABLE t (id int PRIMARY KEY)")
+        for i in range(40):
+            self.env.db_query(name, "CREATE PUBLICATION p%d FOR TABLE t" % i)
+        mp = free_port()
+        relay = self.start_relay(data_dir=os.path.join(self.env.base, name), port=free_port(), db=name,
+                                 nats=small.urls(), metrics_port=mp)
+        try:
+            self.logged(relay, "not publishing the server facts: ")
+            self.logged(relay, "exceed the NATS servers' max_payload of 2048")
+            self.logged(relay, "Raise max_payload")
+            self.env.db_query(name, "INSERT INTO t VALUES (1)")
+            wait_until(lambda: (self.metric("pgrelay_nats_published_transactions_total", mp) or 0) >= 1, 60,
+                       "a transaction published all the same")
+        finally:
+            relay.stop()
+            small.stop()
+
     def stream_full(self):
         side = self.side_cluster()
         self.side_js.run("add-stream", "SMALL", "small.>", "3000")
@@ -576,6 +599,8 @@ class Case:
         env.check("a stream whose subjects do not take pgrelay's: the error names the fix", self.stream_without_subjects)
         env.check("a full stream (max bytes, discard new): the error names the fix, capture goes on", self.stream_full)
         env.check("a stream holding a message pgrelay did not write: refused, naming the fix", self.foreign_message)
+        env.check("server facts larger than max_payload: said with the fix, transactions published all the same",
+                  self.facts_too_large)
         env.check("a stream written from another pgrelay's log: refused, naming the fix", self.another_log)
 
 
