@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 
 namespace pgrelay::log {
 
@@ -725,10 +726,14 @@ Result<std::optional<PublicationsChange>> marker_in(ChangeLog& log, Lsn commit_l
 
 }  // namespace
 
-Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
-  // The log lists the entries that hold a marker (PendingEntry::marked), so only those are
-  // read. Entries appended before it kept that list are searched for the prefix's bytes, and
-  // only one that holds them is decoded.
+namespace {
+
+// Calls `visit` with the commit LSN of each entry from `start` on that may hold a marker, in
+// commit order, until it returns true. The log lists the entries that hold one
+// (PendingEntry::marked), so only those are named; entries appended before it kept that list are
+// searched for the prefix's bytes, and only those that hold them are named.
+Status for_each_marked_entry(ChangeLog& log, Lsn start,
+                             const std::function<Result<bool>(Lsn)>& visit) {
   const MarkedEntries marked = log.marked_entries(start);
   const Lsn unmarked_through = marked.unmarked_through;
   if (unmarked_through.is_valid() && start <= unmarked_through) {
@@ -741,41 +746,42 @@ Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& l
       auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
       if (!holds.ok()) return holds.error();
       if (!*holds) continue;
-      auto marker = marker_in(log, (*meta)->commit_lsn);
-      if (!marker.ok() || marker->has_value()) return marker;
+      auto done = visit((*meta)->commit_lsn);
+      if (!done.ok()) return done.error();
+      if (*done) return {};
     }
   }
   for (Lsn lsn : marked.commit_lsns) {
     if (unmarked_through.is_valid() && lsn <= unmarked_through) continue;  // searched above
-    auto marker = marker_in(log, lsn);
-    if (!marker.ok() || marker->has_value()) return marker;
+    auto done = visit(lsn);
+    if (!done.ok()) return done.error();
+    if (*done) return {};
   }
-  return std::optional<PublicationsChange>();
+  return {};
+}
+
+}  // namespace
+
+Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
+  std::optional<PublicationsChange> first;
+  Status searched = for_each_marked_entry(log, start, [&](Lsn lsn) -> Result<bool> {
+    auto marker = marker_in(log, lsn);
+    if (!marker.ok()) return marker.error();
+    first = std::move(*marker);
+    return first.has_value();  // only a value held the prefix's bytes: go on
+  });
+  if (!searched.ok()) return searched.error();
+  return first;
 }
 
 Result<std::optional<PublicationsChange>> last_publications_change(ChangeLog& log, Lsn start) {
-  const MarkedEntries marked = log.marked_entries(start);
-  const Lsn unmarked_through = marked.unmarked_through;
-  for (auto it = marked.commit_lsns.rbegin(); it != marked.commit_lsns.rend(); ++it) {
-    if (unmarked_through.is_valid() && *it <= unmarked_through) break;  // searched below
-    auto marker = marker_in(log, *it);
-    if (!marker.ok() || marker->has_value()) return marker;
-  }
-  // Entries from before the list: those whose data holds the prefix's bytes, newest first.
-  std::vector<Lsn> holding;
-  if (unmarked_through.is_valid() && start <= unmarked_through) {
-    auto cursor = log.open_cursor(start);
-    if (!cursor.ok()) return cursor.error();
-    for (;;) {
-      auto meta = (*cursor)->next_entry();
-      if (!meta.ok()) return meta.error();
-      if (!meta->has_value() || (*meta)->commit_lsn > unmarked_through) break;
-      auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
-      if (!holds.ok()) return holds.error();
-      if (*holds) holding.push_back((*meta)->commit_lsn);
-    }
-  }
-  for (auto it = holding.rbegin(); it != holding.rend(); ++it) {
+  std::vector<Lsn> candidates;
+  Status searched = for_each_marked_entry(log, start, [&](Lsn lsn) -> Result<bool> {
+    candidates.push_back(lsn);
+    return false;
+  });
+  if (!searched.ok()) return searched.error();
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     auto marker = marker_in(log, *it);
     if (!marker.ok() || marker->has_value()) return marker;
   }

@@ -497,6 +497,12 @@ class MarkerLog {
     EXPECT_TRUE(first.ok()) << first.error().to_string();
     return first.ok() && first->has_value() ? (*first)->xid.value_or(0) : 0;
   }
+  // The xid of the last marker from `start`, 0 for none.
+  std::uint64_t last_from(Lsn start) {
+    auto last = last_publications_change(*log_, start);
+    EXPECT_TRUE(last.ok()) << last.error().to_string();
+    return last.ok() && last->has_value() ? (*last)->xid.value_or(0) : 0;
+  }
   const testing::TempDir& dir() const { return dir_; }
 
  private:
@@ -548,6 +554,26 @@ TEST(FirstPublicationsChange, PassesOverAListedEntryThatACrashTook) {
   EXPECT_EQ(log.first_from(Lsn(0)), 0u);
   log.append(3, true, true);
   EXPECT_EQ(log.first_from(Lsn(0)), 3u);
+}
+
+TEST(LastPublicationsChange, FindsTheNewestMarkerListedOrSearched) {
+  MarkerLog log;
+  log.append(1, /*with_marker=*/true, /*marked=*/false);
+  log.append(2, true, false);
+  log.append(3, false, false);
+  ASSERT_EQ(::unlink((log.dir().path() + "/" + kMarksName).c_str()), 0);
+  log.reopen();
+  // Only entries from before the log kept marks: their data is searched, the newest wins.
+  EXPECT_EQ(log.last_from(Lsn(0)), 2u);
+  EXPECT_EQ(log.last_from(Lsn(2501)), 0u);
+  log.append(4, true, true);
+  log.append(5, false, false);
+  // A listed one after them is newer.
+  EXPECT_EQ(log.last_from(Lsn(0)), 4u);
+  EXPECT_EQ(log.last_from(Lsn(4501)), 0u);
+  // An entry holding a marker appended unmarked is not read, as for the first marker.
+  log.append(6, true, false);
+  EXPECT_EQ(log.last_from(Lsn(0)), 4u);
 }
 
 TEST(ChangeView, ChangeForUndescribedRelationIsCorruption) {
