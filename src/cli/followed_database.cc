@@ -51,7 +51,7 @@ server::CapturedParts FollowedDatabase::parts(std::shared_ptr<FollowedDatabase> 
 std::optional<server::StartupParameters> FollowedDatabase::parameters() const {
   auto facts = follower_->server_facts();
   if (!facts) return std::nullopt;
-  return std::move(facts->parameters);
+  return facts->parameters;
 }
 
 Result<std::optional<std::string>> FollowedDatabase::catalog() {
@@ -66,7 +66,7 @@ Result<std::optional<std::string>> FollowedDatabase::catalog() {
   auto marker = log::last_publications_change(*log_, facts->as_of + 1);
   if (!marker.ok()) return marker.error();
   if (*marker && (*marker)->after) return std::optional<std::string>(*(*marker)->after);
-  return std::move(facts->catalog);
+  return facts->catalog;
 }
 
 }  // namespace pgrelay::cli

@@ -94,7 +94,7 @@ Result<std::unique_ptr<StreamFollower>> StreamFollower::make(FollowerOptions opt
   }
   std::unique_ptr<StreamFollower> out(
       new StreamFollower(std::move(options), log, logger, std::move(checkpoint)));
-  out->facts_ = std::move(facts);
+  if (facts) out->facts_ = std::make_shared<const nats::ServerFacts>(std::move(*facts));
   return out;
 }
 
@@ -134,7 +134,7 @@ FollowerFigures StreamFollower::figures() const {
   return figures_;
 }
 
-std::optional<nats::ServerFacts> StreamFollower::server_facts() const {
+std::shared_ptr<const nats::ServerFacts> StreamFollower::server_facts() const {
   std::lock_guard lock(mu_);
   return facts_;
 }
@@ -156,7 +156,7 @@ Status StreamFollower::refresh_facts(const nats::Connection& connection) {
   {
     std::lock_guard lock(mu_);
     if (facts_ && facts_->same_server(**read) && facts_->as_of == (*read)->as_of) return {};
-    facts_ = **read;
+    facts_ = std::make_shared<const nats::ServerFacts>(**read);
   }
   logger_.info("read the primary's server facts from the stream",
                {{"subject", subjects_.server_facts()}, {"as_of", (*read)->as_of.to_string()}});

@@ -79,8 +79,9 @@ class StreamFollower {
   // Stops reading; what was read but not appended is read again at the next start.
   void stop();
   FollowerFigures figures() const;
-  // The primary's last server facts read (or kept from before); nullopt: none yet.
-  std::optional<nats::ServerFacts> server_facts() const;
+  // The primary's last server facts read (or kept from before); null: none yet. Shared, not
+  // copied: every replication session start reads them, and the catalog may be large.
+  std::shared_ptr<const nats::ServerFacts> server_facts() const;
 
  private:
   StreamFollower(FollowerOptions options, log::ChangeLog& log, Logger& logger,
@@ -121,7 +122,7 @@ class StreamFollower {
 
   mutable std::mutex mu_;  // what follows
   FollowerFigures figures_;
-  std::optional<nats::ServerFacts> facts_;
+  std::shared_ptr<const nats::ServerFacts> facts_;
 };
 
 }  // namespace pgrelay::capture
