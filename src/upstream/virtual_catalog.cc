@@ -815,9 +815,11 @@ Result<std::unique_ptr<VirtualCatalog>> VirtualCatalog::open(std::string conninf
       new VirtualCatalog(conn, schema, schema + ".catalog_requests"));
   auto channel = quote_identifier(conn, catalog->channel_);
   if (!channel.ok()) return channel.error();
-  // Our own statements must not depend on the role's settings.
-  PGRELAY_TRY(
-      run(conn, "SET search_path = pg_catalog, pg_temp; SET client_min_messages = warning"));
+  // Our own statements must not depend on the role's settings. Nor do they gain from JIT, which
+  // PostgreSQL (11 and later) would redo on every execution of a plan estimated dear enough.
+  PGRELAY_TRY(run(conn, std::string("SET search_path = pg_catalog, pg_temp; "
+                                    "SET client_min_messages = warning") +
+                            (PQserverVersion(conn) >= 110000 ? "; SET jit = off" : "")));
   PGRELAY_TRY(run(conn, "LISTEN " + *channel));
   return catalog;
 }

@@ -139,8 +139,34 @@ def check_relations(session):
 env_oid_cache = {}
 
 
+# Every statement's plan logged, and JIT for any plan at all, so that the log shows which of
+# pgrelay's own statements PostgreSQL would compile (pgrelay turns JIT off on its sessions: LLVM
+# compiled its polls anew on each execution, at 17-293 ms each).
+JIT_EVERYWHERE = """shared_preload_libraries = 'auto_explain'
+auto_explain.log_min_duration = 0
+auto_explain.log_nested_statements = on
+jit_above_cost = 0
+log_line_prefix = '%m [%p] app=%a '"""
+
+
+def jit_compiled_statements(log_path):
+    """(application_name, first line of the query) of each plan the upstream logged with JIT."""
+    found, app, query = [], None, None
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if not line.startswith("\t"):
+                head = line.split(" app=", 1)
+                app = head[1].split(" ", 1)[0] if len(head) == 2 else None
+                query = None
+            elif line.startswith("\tQuery Text:") and query is None:
+                query = line.strip()[:160]
+            elif line.startswith("\tJIT:"):
+                found.append((app, query))
+    return found
+
+
 def body(env):
-    env.start_postgres()
+    env.start_postgres(extra_conf=JIT_EVERYWHERE)
     env.psql_admin(SCHEMA)
     for name in ("items", "accounts"):
         env_oid_cache[name] = env.direct_query("SELECT %s::regclass::oid" % ("'%s'" % name))[0][0]
@@ -292,6 +318,17 @@ def body(env):
     env.check("pg_recvlogical errors", start_errors)
     env.check("pg_recvlogical --drop-slot", drop_slot)
     env.check("pg_replication_slots in step with slot commands (no delay)", catalog_in_step)
+
+    def no_jit_for_pgrelay():
+        compiled = jit_compiled_statements(os.path.join(env.base, "postgres.log"))
+        # The test's own psql sessions are compiled (jit_above_cost = 0): the log can show JIT.
+        expect(any(app != "pgrelay" for app, _ in compiled), "the upstream JIT-compiles clients' plans",
+               got=len(compiled))
+        own = sorted({query for app, query in compiled if app == "pgrelay"})
+        expect(not own, "no plan of pgrelay's own sessions JIT-compiled upstream",
+               got="%d statements, e.g. %s" % (len(own), own[:5]))
+
+    env.check("pgrelay's own statements are never JIT-compiled upstream", no_jit_for_pgrelay)
 
 
 if __name__ == "__main__":

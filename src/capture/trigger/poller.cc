@@ -544,13 +544,6 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
   // live, would scan them all on every poll. The xid index bounds a poll's read to the recent
   // transactions: measured 0.3 ms instead of 0.9-2.4 ms at 1000 commits/s.
   PGRELAY_TRY(p->session_->run("SET enable_seqscan TO off"));
-  // PostgreSQL compiles a plan with LLVM, anew on every execution, once its cost passes
-  // jit_above_cost, and enable_seqscan off puts every scan it cannot avoid (the one-row wakeup
-  // table) far above that: measured 17 to 293 ms of JIT on single polls. A poll is a short
-  // statement that never gains from it. (PostgreSQL 11 brought the setting.)
-  if (PQserverVersion(p->session_->raw()) >= 110000) {
-    PGRELAY_TRY(p->session_->run("SET jit TO off"));
-  }
   if (auto cp = log.last_checkpoint()) {
     auto state = decode_checkpoint(*cp);
     if (!state.ok()) return state.error();
