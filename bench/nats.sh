@@ -15,12 +15,16 @@
 #  2. bulk: one transaction of BULK_ROWS rows of BULK_PAYLOAD bytes: commit -> in the log, and
 #     commit -> in the stream (its BULK_ROWS change messages and its log entry in parts). Beside
 #     it the floor: node publishing as many 300-byte messages into a stream of its own as fast
-#     as JetStream acks them, with pgrelay's window of 256 (the last column: pgrelay / floor).
+#     as JetStream acks them, with pgrelay's window of 256 (the last column: pgrelay / floor),
+#     and with each window in FLOOR_WINDOWS. For the bulk run and each flood, the CPU seconds the
+#     three nats-servers spent per message, and the ceiling that alone sets on this machine
+#     (cores / CPU per message): what no client, however cheap, can publish past.
 #  3. latency at LAT_RATE transactions/s for LAT_SECONDS: commit (the row's clock_timestamp())
 #     -> an npm `nats` consumer's receipt, p50/p99/max; beside it the floor JetStream sets on this
 #     machine: the same consumer reading messages node publishes into a stream of its own.
 # Settings (environment): N (default 20000), CLIENTS (4), BULK_ROWS (200000; 0 skips),
-# BULK_PAYLOAD (200), LAT_RATE (1000), LAT_SECONDS (20; 0 skips), PGRELAY, NPM_DIR, OUT.
+# BULK_PAYLOAD (200), FLOOR_WINDOWS ("64 4096"), LAT_RATE (1000), LAT_SECONDS (20; 0 skips),
+# PGRELAY, NPM_DIR, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGRELAY=$(realpath "${PGRELAY:-build/release/src/cli/pgrelay}")
@@ -28,6 +32,7 @@ N=${N:-20000}
 CLIENTS=${CLIENTS:-4}
 BULK_ROWS=${BULK_ROWS:-200000}
 BULK_PAYLOAD=${BULK_PAYLOAD:-200}
+FLOOR_WINDOWS=${FLOOR_WINDOWS:-"64 4096"}
 LAT_RATE=${LAT_RATE:-1000}
 LAT_SECONDS=${LAT_SECONDS:-20}
 NPM_DIR=$(realpath -m "${NPM_DIR:-build/bench-npm}")
@@ -112,6 +117,17 @@ settle() {  # the stream has everything the log has
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# CPU seconds (user + system) the three nats-servers have used so far.
+nats_cpu() {
+  local p t=0
+  for p in "${NATS_PIDS[@]}"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done
+  awk -v t="$t" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
+# "µs of server CPU per message, the msgs/s that caps at on this machine's cores"
+per_message() {  # cpu_before cpu_after messages
+  awk -v a="$1" -v b="$2" -v n="$3" -v cores="$(nproc)" \
+    'BEGIN { us = (b - a) * 1e6 / n; printf "%.0f %.0f", us, cores * 1e6 / us }'
+}
 
 sleep 2
 settle
@@ -140,17 +156,23 @@ if [ "$BULK_ROWS" -gt 0 ]; then
   settle
   c0=$(captured); c0=${c0%.*}
   p0=$(published); p0=${p0%.*}
+  cpu0=$(nats_cpu)
   pg -c "INSERT INTO bench (k, ts_us, payload) SELECT g, 0, repeat('x', $BULK_PAYLOAD) FROM generate_series(1, $BULK_ROWS) g"
   commit=$(now)
   t_log=$(reach captured $((c0 + 1)) 600)
   t_pub=$(reach published $((p0 + 1)) 600)
+  read -r "R[bulk.server_us]" "R[bulk.server_cap]" <<<"$(per_message "$cpu0" "$(nats_cpu)" "$BULK_ROWS")"
   R[bulk.log_s]=$(elapsed "$commit" "$t_log")
   R[bulk.pub_s]=$(elapsed "$commit" "$t_pub")
   R[bulk.log_rate]=$(rate "$BULK_ROWS" "${R[bulk.log_s]}")
   R[bulk.pub_rate]=$(rate "$BULK_ROWS" "${R[bulk.pub_s]}")
   R[bulk.keepup]=$(ratio "${R[bulk.log_s]}" "${R[bulk.pub_s]}")
-  log "floor: JetStream alone, $BULK_ROWS messages of 300 bytes, 256 acks outstanding"
-  R[bulk.floor]=$(node "$HERE/bench/nats_floor.cjs" "$NPM_DIR/node_modules/nats" "$SERVERS" flood FLOOD "$BULK_ROWS" 300 256 2>/dev/null | sed 's/msgs_per_s=//')
+  for w in 256 $FLOOR_WINDOWS; do
+    log "floor: JetStream alone, $BULK_ROWS messages of 300 bytes, $w acks outstanding"
+    cpu0=$(nats_cpu)
+    R[floor.$w]=$(node "$HERE/bench/nats_floor.cjs" "$NPM_DIR/node_modules/nats" "$SERVERS" flood "FLOOD$w" "$BULK_ROWS" 300 "$w" 2>/dev/null | sed 's/msgs_per_s=//')
+    read -r "R[floor.$w.server_us]" "R[floor.$w.server_cap]" <<<"$(per_message "$cpu0" "$(nats_cpu)" "$BULK_ROWS")"
+  done
 fi
 
 if [ "$LAT_SECONDS" -gt 0 ]; then
@@ -179,8 +201,14 @@ fi
   if [ "$BULK_ROWS" -gt 0 ]; then
     printf '%-34s %12s %12s %10s\n' "bulk: $BULK_ROWS rows, commit -> (s)" "${R[bulk.log_s]}" "${R[bulk.pub_s]}" "${R[bulk.keepup]}"
     printf '%-34s %12s %12s\n' "bulk: rows/s" "${R[bulk.log_rate]}" "${R[bulk.pub_rate]}"
-    printf '%-34s %12s %12s %10s\n' "floor: node into JetStream, msgs/s" "" "${R[bulk.floor]:-?}" \
-      "$(ratio "${R[bulk.pub_rate]}" "${R[bulk.floor]:-0}")"
+    printf '%-34s %12s %12s %10s\n' "floor: node into JetStream, msgs/s" "" "${R[floor.256]:-?}" \
+      "$(ratio "${R[bulk.pub_rate]}" "${R[floor.256]:-0}")"
+    echo "nats-servers' CPU per message (all three nodes), and the msgs/s it caps at on $(nproc) cores:"
+    printf '  %-40s %8s us %10s msgs/s\n' "pgrelay's bulk run" "${R[bulk.server_us]}" "${R[bulk.server_cap]}"
+    for w in 256 $FLOOR_WINDOWS; do
+      printf '  %-40s %8s us %10s msgs/s  (node published %s msgs/s)\n' "node flood, $w acks outstanding" \
+        "${R[floor.$w.server_us]}" "${R[floor.$w.server_cap]}" "${R[floor.$w]:-?}"
+    done
   fi
   if [ "$LAT_SECONDS" -gt 0 ]; then
     echo "latency at $LAT_RATE tx/s, commit -> JetStream consumer: ${R[latency.pgrelay]:-none}"
