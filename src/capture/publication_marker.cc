@@ -71,7 +71,7 @@ $fn$;
 std::string catalog_function(const std::string& schema, const std::string& own, bool have_catalog) {
   return "CREATE OR REPLACE FUNCTION " + schema +
          ".publications_catalog() RETURNS text\n"
-         // JIT (a new compilation on each call, see TriggerPoller::open) took 102 ms of the
+         // JIT (a new compilation on each call, see PgSession::adopt) took 102 ms of the
          // catalog's 196 ms; this runs in the writer's transaction on ALTER PUBLICATION and the
          // like. have_catalog means PostgreSQL 15, which has the setting.
          "LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp" +
