@@ -31,7 +31,10 @@ def marked(value):
 
 
 def replication(url):
-    return psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=10)
+    # A guard against a hang, not a latency check: with 8 writers and two subscribers catching up
+    # on the 2-core CI machine, an ASan pgrelay once took 3.3 s to authorize a session and more
+    # than 10 s to be ready (e2e_partitions, the movers check).
+    return psycopg2.connect(url, connection_factory=LogicalReplicationConnection, connect_timeout=30)
 
 
 class Stream:
