@@ -728,60 +728,72 @@ Result<std::optional<PublicationsChange>> marker_in(ChangeLog& log, Lsn commit_l
 
 namespace {
 
-// Calls `visit` with the commit LSN of each entry from `start` on that may hold a marker, in
-// commit order, until it returns true. The log lists the entries that hold one
-// (PendingEntry::marked), so only those are named; entries appended before it kept that list are
-// searched for the prefix's bytes, and only those that hold them are named.
-Status for_each_marked_entry(ChangeLog& log, Lsn start,
-                             const std::function<Result<bool>(Lsn)>& visit) {
-  const MarkedEntries marked = log.marked_entries(start);
-  const Lsn unmarked_through = marked.unmarked_through;
-  if (unmarked_through.is_valid() && start <= unmarked_through) {
-    auto cursor = log.open_cursor(start);
-    if (!cursor.ok()) return cursor.error();
-    for (;;) {
-      auto meta = (*cursor)->next_entry();
-      if (!meta.ok()) return meta.error();
-      if (!meta->has_value() || (*meta)->commit_lsn > unmarked_through) break;
-      auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
-      if (!holds.ok()) return holds.error();
-      if (!*holds) continue;
-      auto done = visit((*meta)->commit_lsn);
-      if (!done.ok()) return done.error();
-      if (*done) return {};
-    }
-  }
-  for (Lsn lsn : marked.commit_lsns) {
-    if (unmarked_through.is_valid() && lsn <= unmarked_through) continue;  // searched above
-    auto done = visit(lsn);
+// Calls `visit` with the commit LSN of each entry in [start, through] whose data holds the
+// marker prefix's bytes, in commit order, until it returns true. For the entries appended before
+// the log listed those that hold a marker (PendingEntry::marked, MarkedEntries::unmarked_through).
+Status for_each_unlisted_holder(ChangeLog& log, Lsn start, Lsn through,
+                                const std::function<Result<bool>(Lsn)>& visit) {
+  auto cursor = log.open_cursor(start);
+  if (!cursor.ok()) return cursor.error();
+  for (;;) {
+    auto meta = (*cursor)->next_entry();
+    if (!meta.ok()) return meta.error();
+    if (!meta->has_value() || (*meta)->commit_lsn > through) return {};
+    auto holds = entry_holds(**cursor, kPublicationsChangedPrefix);
+    if (!holds.ok()) return holds.error();
+    if (!*holds) continue;
+    auto done = visit((*meta)->commit_lsn);
     if (!done.ok()) return done.error();
     if (*done) return {};
   }
-  return {};
 }
 
 }  // namespace
 
 Result<std::optional<PublicationsChange>> first_publications_change(ChangeLog& log, Lsn start) {
-  std::optional<PublicationsChange> first;
-  Status searched = for_each_marked_entry(log, start, [&](Lsn lsn) -> Result<bool> {
+  // The log lists the entries that hold a marker, so only those are read; entries from before
+  // it kept that list are searched for the prefix's bytes, and only those that hold them decoded.
+  const MarkedEntries marked = log.marked_entries(start);
+  const Lsn unmarked_through = marked.unmarked_through;
+  std::optional<PublicationsChange> found;
+  const auto decode = [&](Lsn lsn) -> Result<bool> {
     auto marker = marker_in(log, lsn);
     if (!marker.ok()) return marker.error();
-    first = std::move(*marker);
-    return first.has_value();  // only a value held the prefix's bytes: go on
-  });
-  if (!searched.ok()) return searched.error();
-  return first;
+    found = std::move(*marker);
+    return found.has_value();  // only a value held the prefix's bytes: go on
+  };
+  if (unmarked_through.is_valid() && start <= unmarked_through) {
+    PGRELAY_TRY(for_each_unlisted_holder(log, start, unmarked_through, decode));
+    if (found) return found;
+  }
+  for (Lsn lsn : marked.commit_lsns) {
+    if (unmarked_through.is_valid() && lsn <= unmarked_through) continue;  // searched above
+    auto done = decode(lsn);
+    if (!done.ok()) return done.error();
+    if (*done) return found;
+  }
+  return std::optional<PublicationsChange>();
 }
 
 Result<std::optional<PublicationsChange>> last_publications_change(ChangeLog& log, Lsn start) {
-  std::vector<Lsn> candidates;
-  Status searched = for_each_marked_entry(log, start, [&](Lsn lsn) -> Result<bool> {
-    candidates.push_back(lsn);
-    return false;
-  });
-  if (!searched.ok()) return searched.error();
-  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+  // Newest first: the listed entries, and only when none of them holds a marker, the data of
+  // the entries from before the log kept that list.
+  const MarkedEntries marked = log.marked_entries(start);
+  const Lsn unmarked_through = marked.unmarked_through;
+  for (auto it = marked.commit_lsns.rbegin(); it != marked.commit_lsns.rend(); ++it) {
+    if (unmarked_through.is_valid() && *it <= unmarked_through) break;  // searched below
+    auto marker = marker_in(log, *it);
+    if (!marker.ok() || marker->has_value()) return marker;
+  }
+  std::vector<Lsn> holding;
+  if (unmarked_through.is_valid() && start <= unmarked_through) {
+    PGRELAY_TRY(
+        for_each_unlisted_holder(log, start, unmarked_through, [&](Lsn lsn) -> Result<bool> {
+          holding.push_back(lsn);
+          return false;
+        }));
+  }
+  for (auto it = holding.rbegin(); it != holding.rend(); ++it) {
     auto marker = marker_in(log, *it);
     if (!marker.ok() || marker->has_value()) return marker;
   }
