@@ -478,6 +478,13 @@ class MarkerLog {
     ASSERT_TRUE(log.ok()) << log.error().to_string();
     log_ = std::move(*log);
   }
+  // Reopens the log without its marks file, as one written before the log kept marks: it can no
+  // longer vouch for its entries, which are then searched.
+  void reopen_without_marks() {
+    log_.reset();
+    ASSERT_EQ(::unlink((dir_.path() + "/" + kMarksName).c_str()), 0);
+    reopen();
+  }
   // Transaction `xid` holding a marker (or only a row) at commit LSN xid*1000+500.
   void append(std::uint32_t xid, bool with_marker, bool marked) {
     const pgoutput::LogicalMessage marker{
@@ -525,9 +532,7 @@ TEST(FirstPublicationsChange, SearchesTheDataOfEntriesFromBeforeTheLogKeptMarks)
   log.append(1, /*with_marker=*/true, /*marked=*/false);
   log.append(2, false, false);
   log.append(3, true, false);
-  // Without its marks file the log cannot vouch for its entries, so their data is searched.
-  ASSERT_EQ(::unlink((log.dir().path() + "/" + kMarksName).c_str()), 0);
-  log.reopen();
+  log.reopen_without_marks();
   EXPECT_EQ(log.first_from(Lsn(0)), 1u);
   EXPECT_EQ(log.first_from(Lsn(1501)), 3u);
   EXPECT_EQ(log.first_from(Lsn(3501)), 0u);
@@ -561,8 +566,7 @@ TEST(LastPublicationsChange, FindsTheNewestMarkerListedOrSearched) {
   log.append(1, /*with_marker=*/true, /*marked=*/false);
   log.append(2, true, false);
   log.append(3, false, false);
-  ASSERT_EQ(::unlink((log.dir().path() + "/" + kMarksName).c_str()), 0);
-  log.reopen();
+  log.reopen_without_marks();
   // Only entries from before the log kept marks: their data is searched, the newest wins.
   EXPECT_EQ(log.last_from(Lsn(0)), 2u);
   EXPECT_EQ(log.last_from(Lsn(2501)), 0u);
