@@ -14,6 +14,18 @@ echo "== build (g++, ASan+UBSan)"
 cmake --preset asan >/dev/null
 cmake --build build/asan
 
+fuzz_seconds=${PGRELAY_FUZZ_SECONDS:-20}
+fuzz_build=
+if [ "$fuzz_seconds" -gt 0 ]; then
+  # The fuzz build runs beside the tests at the lowest priority: it takes the CPU the tests
+  # leave idle while they wait on servers and timers, and hardly any they could use.
+  cmake --preset fuzz -DPGRELAY_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
+  setsid nice -n 19 cmake --build build/fuzz >build/fuzz-build.log 2>&1 &
+  fuzz_build=$!
+  # A failed test run stops the script: the build's process group goes with it.
+  trap 'kill -- -"$fuzz_build" 2>/dev/null || true' EXIT
+fi
+
 echo "== tests"
 # Golden pgoutput streams recorded by the tests also seed the fuzzers.
 export PGRELAY_GOLDEN_DIR="$PWD/build/golden"
@@ -21,11 +33,14 @@ mkdir -p "$PGRELAY_GOLDEN_DIR"
 ctest --test-dir build/asan --output-on-failure -j "$jobs" | tee build/ctest-tests.log
 total=$(grep -o 'tests failed out of [0-9]*' build/ctest-tests.log | grep -o '[0-9]*$')
 
-fuzz_seconds=${PGRELAY_FUZZ_SECONDS:-20}
-if [ "$fuzz_seconds" -gt 0 ]; then
+if [ -n "$fuzz_build" ]; then
   echo "== fuzzers (clang libFuzzer, ${fuzz_seconds}s each)"
-  cmake --preset fuzz -DPGRELAY_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
-  cmake --build build/fuzz
+  if ! wait "$fuzz_build"; then
+    cat build/fuzz-build.log
+    echo "pgrelay: the fuzz build failed (above)" >&2
+    exit 1
+  fi
+  tail -1 build/fuzz-build.log
   ctest --test-dir build/fuzz --output-on-failure -j "$jobs" | tee build/ctest-fuzz.log
   grep -h '^fuzz fuzz_' build/fuzz/Testing/Temporary/LastTest.log || true
   total=$((total + $(grep -o 'tests failed out of [0-9]*' build/ctest-fuzz.log | grep -o '[0-9]*$')))
