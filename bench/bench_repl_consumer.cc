@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -73,6 +74,10 @@ struct Settings {
   bool payload_length_only = false;  // --payload-any: rows carry other text of that length
   std::int64_t rows_per_transaction = 1;
   bool streaming = false;  // --streaming: protocol 2+, streaming 'on' (stream blocks accepted)
+  // --receipts FILE: the first stream's transactions, one line each: "END_LSN FIRST_TS_US
+  // RECEIPT_US" (commit end LSN, the first row's ts_us, when its Commit arrived; Unix µs), for
+  // bench/hop_report.py to line up with pgrelay's --hop-trace.
+  std::string receipts;
 };
 
 std::int64_t now_unix_us() {
@@ -171,6 +176,13 @@ struct Stream {
   wire::Lsn last_end_lsn;
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the ids in arrival order
   std::vector<std::int32_t> latency_us;
+  // For --receipts: the open transaction's first row's ts_us, then each commit's receipt.
+  std::int64_t txn_first_ts = 0;
+  struct Receipt {
+    wire::Lsn end_lsn;
+    std::int64_t first_ts = 0, received = 0;
+  };
+  std::vector<Receipt> receipts;
   double last_progress = 0;
   double last_reply = 0;
   std::string where() const { return "stream " + std::to_string(index) + " (" + slot + ")"; }
@@ -232,14 +244,14 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
   if (s.seen[id]) fail(s.where() + ": id " + std::to_string(id) + " received twice");
   s.seen[id] = 1;
   ++s.inserts;
-  ++s.changes_in_txn;
+  if (++s.changes_in_txn == 1) s.txn_first_ts = ts;
   s.digest = (s.digest ^ static_cast<std::uint64_t>(id)) * 1099511628211ull;
   s.latency_us.push_back(
       static_cast<std::int32_t>(std::clamp<std::int64_t>(now - ts, INT32_MIN, INT32_MAX)));
 }
 
 // A transaction's end, at Commit or Stream Commit.
-void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn) {
+void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t now) {
   if (end_lsn <= s.last_end_lsn) {
     fail(s.where() + ": commit end LSN " + end_lsn.to_string() + " not after " +
          s.last_end_lsn.to_string());
@@ -254,6 +266,9 @@ void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn) {
   s.in_txn = false;
   s.last_end_lsn = end_lsn;
   ++s.transactions;
+  if (!cfg.receipts.empty() && s.index == 0 && s.changes_in_txn != 0) {
+    s.receipts.push_back({end_lsn, s.txn_first_ts, now});
+  }
 }
 
 void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std::int64_t now) {
@@ -276,10 +291,10 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
     fail(s.where() + ": Stream Abort (the workload's transactions all commit)");
   } else if (const auto* sc = std::get_if<pgoutput::StreamCommit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Stream Commit of a transaction never started");
-    on_commit(s, cfg, sc->end_lsn);
+    on_commit(s, cfg, sc->end_lsn, now);
   } else if (const auto* c = std::get_if<pgoutput::Commit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Commit without Begin");
-    on_commit(s, cfg, c->end_lsn);
+    on_commit(s, cfg, c->end_lsn, now);
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
     // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
@@ -438,6 +453,16 @@ GroupTimes read_streams(const std::vector<Stream*>& streams, const Settings& cfg
   return times;
 }
 
+void write_receipts(const std::string& path, const Stream& s) {
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) fail("cannot create " + path + ": " + std::strerror(errno));
+  for (const auto& r : s.receipts) {
+    std::fprintf(out, "%s %lld %lld\n", r.end_lsn.to_string().c_str(),
+                 static_cast<long long>(r.first_ts), static_cast<long long>(r.received));
+  }
+  if (std::fclose(out) != 0) fail("cannot write " + path + ": " + std::strerror(errno));
+}
+
 double percentile(const std::vector<std::int32_t>& sorted, double p) {
   if (sorted.empty()) return 0;
   std::size_t rank = static_cast<std::size_t>(p / 100.0 * static_cast<double>(sorted.size()));
@@ -472,6 +497,8 @@ bool parse_args(int argc, char** argv, Settings& s) {
       s.ready_file = next();
     else if (a == "--wait-file")
       s.wait_file = next();
+    else if (a == "--receipts")
+      s.receipts = next();
     else if (a == "--stall-seconds")
       s.stall_seconds = std::atof(next().c_str());
     else if (a == "--timeout-seconds")
@@ -519,7 +546,7 @@ int main(int argc, char** argv) {
                  "[--slot-prefix P] [--publication NAME] [--proto V] [--ready-file F] "
                  "[--wait-file F] [--cpu-pid LABEL=PID]... [--stall-seconds S] "
                  "[--timeout-seconds S] [--payload TEXT] [--payload-length L] "
-                 "[--rows-per-transaction N] [--threads T] [--streaming]\n");
+                 "[--rows-per-transaction N] [--threads T] [--streaming] [--receipts F]\n");
     return 2;
   }
   std::vector<std::unique_ptr<Stream>> streams;
@@ -626,6 +653,7 @@ int main(int argc, char** argv) {
   for (const auto& [label, secs] : cpu_used) std::printf(" cpu_%s_s=%.2f", label.c_str(), secs);
   std::printf("\n");
   std::fflush(stdout);
+  if (!cfg.receipts.empty()) write_receipts(cfg.receipts, *streams[0]);
   for (auto& s : streams) PQfinish(s->conn);
   return 0;
 }

@@ -35,6 +35,10 @@
 #     streaming (protocol 2, streaming 'on'): native and pgrelay (native capture) then send it in
 #     stream blocks while it runs, and commit -> last is commit -> Stream Commit received.
 #  4. one table with pgrelay/native ratios and the issue's targets.
+#  5. where pgrelay's latency goes (HOP_TRACE=1, the default): pgrelay runs with --hop-trace, the
+#     latency run's consumer writes its receipts, and bench/hop_report.py prints each hop's
+#     delay (upstream send, capture receipt, visible in the log, walsender read, socket write,
+#     consumer receipt; and durable) per capture mode, as p50/p99/max.
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
@@ -45,7 +49,8 @@
 # BULK_TOAST_MB (default 0: no TOAST run), BULK_STREAM (default 0: no streaming run), RUNS (default "fanout live latency bulk"),
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
-# KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness).
+# KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness),
+# HOP_TRACE (default 1; 0 runs pgrelay without --hop-trace).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGRELAY=${PGRELAY:-build/release/src/cli/pgrelay}
@@ -58,6 +63,7 @@ FANOUT=${FANOUT:-"1 8 32"}
 CLIENTS=${CLIENTS:-4}
 CONSUMER_THREADS=${CONSUMER_THREADS:-2}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
+HOP_TRACE=${HOP_TRACE:-1}
 CAPTURES=${CAPTURES:-"native trigger"}
 BULK_ROWS=${BULK_ROWS:-1000000}
 BULK_PAYLOAD=${BULK_PAYLOAD:-200}
@@ -224,6 +230,7 @@ measure() {
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local extra=()
   [ "$mode" = catchup ] && extra=(--wait-file "$dir/go")
+  [ "$run" = latency ] && [ "$sys" != native ] && [ "$HOP_TRACE" = 1 ] && extra+=(--receipts "$dir/receipts")
   "$CONSUMER" --conninfo "$conn" --consumers "$m" --slot-prefix "bench_${run//[^a-z0-9]/_}" \
     --publication bench_pub --expect "$expect" --ready-file "$dir/ready" "${extra[@]}" \
     --payload "$PAYLOAD" "${cpu[@]}" --stall-seconds 60 --timeout-seconds 900 --threads "$CONSUMER_THREADS" \
@@ -339,9 +346,11 @@ log "native PostgreSQL (port $PG_PORT): N=$N N_LIVE=$N_LIVE latency ${LAT_N} tx 
 run_system native
 
 for CAPTURE in $CAPTURES; do
+  hop_trace=()
+  [ "$HOP_TRACE" = 1 ] && hop_trace=(--hop-trace "$OUT/hop-trace-$CAPTURE.txt")
   "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
     --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay-$CAPTURE" --no-tls \
-    --capture "$CAPTURE" --schema "pgrelay_$CAPTURE" \
+    --capture "$CAPTURE" --schema "pgrelay_$CAPTURE" "${hop_trace[@]}" \
     --max-replication-slots "$SLOTS" >"$WORK/relay-$CAPTURE.out" 2>"$WORK/relay-$CAPTURE.err" &
   RELAY_PID=$!
   for _ in $(seq 300); do grep -q "pgrelay ready" "$WORK/relay-$CAPTURE.out" 2>/dev/null && break; kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
@@ -353,6 +362,10 @@ for CAPTURE in $CAPTURES; do
   for _ in $(seq 50); do kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$RELAY_PID" 2>/dev/null && die "pgrelay (capture $CAPTURE) ignored SIGTERM for 5 s"
   RELAY_PID=""
+  if [ "$HOP_TRACE" = 1 ] && [ -s "$OUT/pgrelay_$CAPTURE.latency/receipts" ]; then
+    python3 bench/hop_report.py "$OUT/hop-trace-$CAPTURE.txt" "$OUT/pgrelay_$CAPTURE.latency/receipts" \
+      >"$OUT/hops-$CAPTURE.txt" || die "hop_report failed for capture $CAPTURE: $(tail -3 "$OUT/hops-$CAPTURE.txt")"
+  fi
   # A stopped pgrelay's upstream slot would keep WAL and load the next run's decoding.
   pg -c "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
          WHERE slot_name LIKE 'pgrelay\_%'" >/dev/null || die "could not drop pgrelay's upstream slot"
@@ -424,7 +437,15 @@ table() {  # capture mode
   echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
   echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s; consumer on $CONSUMER_THREADS threads"
   echo
-  for mode in $CAPTURES; do table "$mode"; echo; done
+  for mode in $CAPTURES; do
+    table "$mode"
+    echo
+    if [ -s "$OUT/hops-$mode.txt" ]; then
+      echo "pgrelay, capture $mode: where the latency at ${LAT_RATE} tx/s goes"
+      cat "$OUT/hops-$mode.txt"
+      echo
+    fi
+  done
   echo "loadavg (1 min) at the start of each run:" \
     "$(for k in "${!R[@]}"; do [[ $k == *.load ]] && echo "${k%.load}=${R[$k]}"; done | sort | tr '\n' ' ')"
 } | tee "$OUT/summary.txt"

@@ -137,8 +137,12 @@ std::vector<CapturedDatabaseEntry> read_captured_databases(const std::string& da
 }
 
 DatabaseCaptures::DatabaseCaptures(const ServeOptions& options, upstream::UpstreamConfig upstream,
-                                   asio::io_context& io, Logger& logger)
-    : options_(options), upstream_(std::move(upstream)), io_(io), logger_(logger) {}
+                                   asio::io_context& io, Logger& logger, HopTrace* hop_trace)
+    : options_(options),
+      upstream_(std::move(upstream)),
+      io_(io),
+      logger_(logger),
+      hop_trace_(hop_trace) {}
 
 DatabaseCaptures::~DatabaseCaptures() {
   stop_workers();
@@ -211,6 +215,7 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   std::filesystem::create_directories(dir, ec);
   log::LogOptions log_options;
   log_options.dir = dir + "/log";
+  log_options.hop_trace = hop_trace_;
   auto change_log = log::ChangeLog::open(log_options);
   if (!change_log.ok()) return change_log.error();
   if (auto checkpoint = (*change_log)->last_checkpoint()) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/hop_trace.h"
 #include "base/logger.h"
 #include "base/result.h"
 #include "cli/capture_link.h"
@@ -52,8 +53,9 @@ struct DatabaseFigures {
 
 class DatabaseCaptures {
  public:
+  // `hop_trace` (may be null) goes to every database's log; it outlives this.
   DatabaseCaptures(const ServeOptions& options, upstream::UpstreamConfig upstream,
-                   asio::io_context& io, Logger& logger);
+                   asio::io_context& io, Logger& logger, HopTrace* hop_trace = nullptr);
   // Workers first (they read the hubs), then the captures they outlive.
   ~DatabaseCaptures();
   DatabaseCaptures(const DatabaseCaptures&) = delete;
@@ -103,6 +105,7 @@ class DatabaseCaptures {
   upstream::UpstreamConfig upstream_;
   asio::io_context& io_;
   Logger& logger_;
+  HopTrace* hop_trace_;
   server::ReplicationHubs* hubs_ = nullptr;
   mutable std::mutex mu_;
   std::mutex index_mu_;  // DATA_DIR/databases.json

@@ -214,7 +214,9 @@ Status Relay::open_slots() {
 }
 
 Status Relay::start_captures() {
-  captures_ = std::make_unique<DatabaseCaptures>(options_, upstream_, io_, logger_);
+  if (!options_.hop_trace.empty()) hop_trace_ = std::make_unique<HopTrace>();
+  captures_ =
+      std::make_unique<DatabaseCaptures>(options_, upstream_, io_, logger_, hop_trace_.get());
   DatabaseCaptures& captures = *captures_;
   hubs_ = std::make_unique<server::ReplicationHubs>(
       io_.get_executor(), blocking_, *slots_, upstream_,
@@ -577,6 +579,15 @@ int Relay::run() {
   blocking_.join();
   io_.drop_pending_work();
   (void)slots_->flush();
+  if (hop_trace_) {
+    if (Status written = hop_trace_->write(options_.hop_trace); !written.ok()) {
+      logger_.error(written.error());
+    } else {
+      logger_.info("wrote the hop trace", {{"file", options_.hop_trace},
+                                           {"stamps", hop_trace_->size()},
+                                           {"dropped", hop_trace_->dropped()}});
+    }
+  }
   logger_.info("stopped");
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "admin/admin_server.h"
 #include "base/background_thread.h"
+#include "base/hop_trace.h"
 #include "base/line_tail.h"
 #include "base/logger.h"
 #include "base/result.h"
@@ -104,6 +105,7 @@ class Relay {
   std::unique_ptr<log::SlotRegistry> slots_;
   Loop io_;
   asio::thread_pool blocking_{4};
+  std::unique_ptr<HopTrace> hop_trace_;  // --hop-trace; the logs, capture and walsenders stamp it
   std::unique_ptr<DatabaseCaptures> captures_;  // null in a follower
   std::shared_ptr<FollowedDatabase> followed_;  // --follow; the hubs share it
   std::unique_ptr<server::ReplicationHubs> hubs_;

@@ -209,6 +209,11 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
                       "Serve Prometheus metrics on HOST:PORT at /metrics, e.g. 127.0.0.1:9187\n"
                       "(off by default): capture rate, log size, slot lag, connections, errors"),
       "PGRELAY_METRICS");
+  cmd->add_option("--hop-trace", options.hop_trace,
+                  "For latency benchmarks: stamp each captured transaction's hops (upstream\n"
+                  "send, capture receipt, visible in the log, durable, walsender read, socket\n"
+                  "write) and write them to FILE at shutdown (off by default)")
+      ->option_text("FILE");
   env(cmd->add_option("--admin", options.admin,
                       "Serve the admin page on HOST:PORT (e.g. 127.0.0.1:6477; 'off' for none):\n"
                       "upstream, capture, logs' heads, slots and their lag, charts of the last\n"

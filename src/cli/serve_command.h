@@ -38,6 +38,9 @@ struct ServeOptions {
   std::string log_level = "info";
   std::string log_format = "text";
   std::string metrics;  // HOST:PORT of the /metrics endpoint; empty: off
+  // A file the stamps of every transaction's hops are written to at shutdown (benchmarks;
+  // base/hop_trace.h); empty: off.
+  std::string hop_trace;
   // The admin page: HOST:PORT; empty: off ("127.0.0.1:6477" by default with `pgrelay zero`).
   // Anywhere but loopback it needs admin_token, which every request must then carry.
   std::string admin;

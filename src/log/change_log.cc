@@ -426,7 +426,7 @@ Status ChangeLog::roll_segment() {
     ++counters_.fsyncs;
   }
   mark_synced_locked();
-  publish_locked(written_);
+  publish_locked(written_, last_end_lsn_);
   std::uint64_t old_seq = active_->seq;
   active_->info.sealed = true;
   active_->info.bytes = active_->size;
@@ -445,7 +445,7 @@ Status ChangeLog::roll_segment() {
   manifest_ = std::move(updated);
   active_ = std::move(*next);
   written_ = synced_ = Position{active_->seq, kSegmentHeaderSize};
-  publish_locked(written_);
+  publish_locked(written_, last_end_lsn_);
   // The index speeds up seeks; a missing index file is rebuilt by scanning.
   (void)write_file_atomically(options_.dir, index_file_name(old_seq), serialize_index(old_index));
 
@@ -464,7 +464,7 @@ Status ChangeLog::roll_segment() {
       ++counters_.fsyncs;
     }
     mark_synced_locked();
-    publish_locked(written_);
+    publish_locked(written_, last_end_lsn_);
   }
   return {};
 }
@@ -748,7 +748,7 @@ Status ChangeLog::append_linking_locked(std::span<const PendingEntry> batch) {
   counters_.fsyncs += fsyncs;
   written_ = Position{active_->seq, active_->size};
   mark_synced_locked();
-  publish_locked(written_);
+  publish_locked(written_, last_end_lsn_);
   synced_cv_.notify_all();
   return {};
 }
@@ -832,7 +832,14 @@ bool ChangeLog::wait_durable(Lsn end, std::chrono::steady_clock::time_point dead
 
 void ChangeLog::mark_synced_locked() {
   synced_ = written_;
-  durable_end_lsn_ = last_end_lsn_;
+  note_durable_locked(last_end_lsn_);
+}
+
+void ChangeLog::note_durable_locked(Lsn end) {
+  durable_end_lsn_ = end;
+  if (options_.hop_trace != nullptr && options_.sync != SyncPolicy::kNone) {
+    options_.hop_trace->stamp(Hop::kDurable, end.value());
+  }
 }
 
 Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
@@ -858,10 +865,10 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
   Position mine = written_;
   switch (options_.sync) {
     case SyncPolicy::kNone:
-      publish_locked(mine);
+      publish_locked(mine, last_end_lsn_);
       break;
     case SyncPolicy::kInterval:
-      publish_locked(mine);
+      publish_locked(mine, last_end_lsn_);
       if (written_.seq == synced_.seq && written_.offset - synced_.offset >= options_.sync_bytes) {
         sync_requested_ = true;
         sync_cv_.notify_one();
@@ -870,7 +877,7 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
       break;
     case SyncPolicy::kFsyncPerCommit:
       if (!wait_durable) {
-        publish_locked(mine);
+        publish_locked(mine, last_end_lsn_);
         if (sync_idle_) sync_cv_.notify_one();
         break;
       }
@@ -914,8 +921,8 @@ void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
     failed_ = err;
   } else if (synced_ < goal) {
     synced_ = goal;
-    durable_end_lsn_ = goal_end;
-    if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal);
+    note_durable_locked(goal_end);
+    if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal, goal_end);
   }
   synced_cv_.notify_all();
 }
@@ -959,10 +966,13 @@ void ChangeLog::sync_loop() {
   synced_cv_.notify_all();
 }
 
-void ChangeLog::publish_locked(Position pos) {
+void ChangeLog::publish_locked(Position pos, Lsn through) {
   if (visible_ < pos) {
     visible_ = pos;
     visible_cv_.notify_all();
+    if (options_.hop_trace != nullptr) {
+      options_.hop_trace->stamp(Hop::kAppendVisible, through.value());
+    }
   }
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/bytes.h"
+#include "base/hop_trace.h"
 #include "base/result.h"
 #include "log/file_util.h"
 #include "log/format.h"
@@ -58,6 +59,9 @@ struct LogOptions {
   // For inspection tools: never creates, locks, truncates or writes; reads what is whole.
   // May run beside the pgrelay that owns the log; it sees the log as of open().
   bool read_only = false;
+  // When set (`serve --hop-trace`), stamped when entries become visible and durable; capture
+  // and walsenders stamp their own hops in the same trace. Outlives the log.
+  HopTrace* hop_trace = nullptr;
 };
 
 // Entry data already laid out in a file as a segment holding that entry alone (a spill file,
@@ -247,7 +251,10 @@ class ChangeLog {
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
   Status wait_synced(Position target, std::unique_lock<std::mutex>& lock);
   void sync_once_locked(std::unique_lock<std::mutex>& lock);
-  void publish_locked(Position pos);
+  // Readers see up to `pos`, which ends with the entry ending at `through`.
+  void publish_locked(Position pos, Lsn through);
+  // An fdatasync covered every entry up to the one ending at `end`.
+  void note_durable_locked(Lsn end);
   void notify_listeners();
   void sync_loop();
   std::vector<IndexPoint> load_index(std::uint64_t seq) const;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "base/hop_trace.h"
 #include "pgoutput/encoder.h"
 #include "server/binary_values.h"
 #include "server/blocking.h"
@@ -524,6 +525,10 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   progress.last_report = progress.started;
   Bytes out;
   Status outcome;
+  // `serve --hop-trace`: when this walsender read each entry, and when its Commit was written.
+  HopTrace* trace = hub.log().options().hop_trace;
+  const auto trace_session = static_cast<std::uint32_t>(info.pid);
+  Lsn unwritten_commit;  // end of the newest entry in `out` not yet stamped as written
   for (;;) {
     // What woke the sender so far: a wake-up after this is looked at before it sleeps again.
     const std::uint64_t seen_wakes = state->wakes;
@@ -554,6 +559,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         break;
       }
       const log::EntryMeta& m = (*next)->meta;
+      if (trace != nullptr && m.kind != log::EntryKind::kCheckpoint) {
+        trace->stamp(Hop::kWalsenderRead, m.end_lsn.value(), unix_micros(), trace_session);
+      }
       if (m.kind == log::EntryKind::kCheckpoint || m.commit_lsn < start) {
         if (m.end_lsn > sent) sent = m.end_lsn;
         continue;
@@ -599,6 +607,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       }
       if (m.end_lsn > sent) sent = m.end_lsn;
       told = std::max(told, m.end_lsn);  // its Commit carries the entry's end
+      unwritten_commit = m.end_lsn;
     }
     if (!outcome.ok()) break;
     // Caught up with the log: transactions still in progress go out in stream blocks.
@@ -647,6 +656,10 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       if (!written.ok()) {
         outcome = written.error();
         break;
+      }
+      if (trace != nullptr && unwritten_commit.is_valid()) {
+        trace->stamp(Hop::kSocketWrite, unwritten_commit.value(), unix_micros(), trace_session);
+        unwritten_commit = Lsn();
       }
       info.sent = sent;
       info.state = caught_up ? "streaming" : "catchup";

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "log/change_log.h"
@@ -110,6 +111,74 @@ TEST(ChangeLog, AppendVisibleIsReadableAtOnceAndDurableSoonAfter) {
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(reopened->durable_end_lsn(), end);
   EXPECT_EQ(read_all(*reopened, Lsn(0)), range(1, 40));
+}
+
+// With a hop trace, the log stamps each batch as it becomes visible and each fdatasync's reach:
+// append_visible() shows a batch before it is durable, append() only after.
+TEST(ChangeLog, HopTraceStampsVisibleAndDurableInTheirOrder) {
+  TempDir dir;
+  HopTrace trace;
+  LogOptions o = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  o.visible_sync_delay = std::chrono::hours(1);  // only a waiter makes visible data durable
+  o.hop_trace = &trace;
+  auto log = open_log(o);
+  ASSERT_NE(log, nullptr);
+  auto stamps_of = [&](Hop hop) {
+    std::vector<HopTrace::Stamp> out;
+    for (const auto& s : trace.stamps()) {
+      if (s.hop == hop) out.push_back(s);
+    }
+    return out;
+  };
+  append_txns(*log, 1, 1);  // append(): durable first, then visible
+  const Lsn first_end = log->last_end_lsn();
+  ASSERT_EQ(stamps_of(Hop::kDurable).size(), 1u);
+  ASSERT_EQ(stamps_of(Hop::kAppendVisible).size(), 1u);
+  EXPECT_EQ(stamps_of(Hop::kDurable)[0].through, first_end.value());
+  EXPECT_EQ(stamps_of(Hop::kAppendVisible)[0].through, first_end.value());
+  EXPECT_LE(stamps_of(Hop::kDurable)[0].unix_us, stamps_of(Hop::kAppendVisible)[0].unix_us);
+
+  std::string data = payload_for(2, 40);
+  PendingEntry e = txn(2, as_bytes(data));
+  ASSERT_TRUE(log->append_visible(std::span<const PendingEntry>(&e, 1)).ok());
+  const Lsn second_end = log->last_end_lsn();
+  ASSERT_EQ(stamps_of(Hop::kAppendVisible).size(), 2u);
+  EXPECT_EQ(stamps_of(Hop::kAppendVisible)[1].through, second_end.value());
+  EXPECT_EQ(stamps_of(Hop::kDurable).size(), 1u);  // visible, not yet durable
+  ASSERT_TRUE(
+      log->wait_durable(second_end, std::chrono::steady_clock::now() + std::chrono::minutes(5)));
+  ASSERT_EQ(stamps_of(Hop::kDurable).size(), 2u);
+  EXPECT_EQ(stamps_of(Hop::kDurable)[1].through, second_end.value());
+  EXPECT_GE(stamps_of(Hop::kDurable)[1].unix_us, stamps_of(Hop::kAppendVisible)[1].unix_us);
+  for (const auto& s : trace.stamps()) EXPECT_EQ(s.session, 0u);
+}
+
+// The trace's file: one line per stamp in the order taken, the LSN as Postgres writes it, and
+// what the capacity left out.
+TEST(HopTraceTest, WritesEveryStampAndCountsWhatItDropped) {
+  TempDir dir;
+  HopTrace trace(3);
+  trace.stamp(Hop::kUpstreamSend, 0x100000020ull, 1700000000000001);
+  trace.stamp(Hop::kWalsenderRead, 0x30, 1700000000000002, 7);
+  trace.stamp(Hop::kSocketWrite, 0x30, 1700000000000003, 7);
+  trace.stamp(Hop::kDurable, 0x40, 1700000000000004);  // past the capacity
+  EXPECT_EQ(trace.size(), 3u);
+  EXPECT_EQ(trace.dropped(), 1u);
+  const std::string path = dir.path() + "/trace.txt";
+  ASSERT_TRUE(trace.write(path).ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "upstream_send 1/20 1700000000000001 0\n"
+            "walsender_read 0/30 1700000000000002 7\n"
+            "socket_write 0/30 1700000000000003 7\n"
+            "# dropped 1\n");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  auto refused = trace.write(dir.path() + "/no/such/dir/trace.txt");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().sqlstate, sqlstate::kIoError);
+  EXPECT_NE(refused.error().hint.find("--hop-trace"), std::string::npos);
 }
 
 // A reader waiting for durability is a waiter like an appender: the sync thread syncs for it

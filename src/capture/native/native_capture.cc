@@ -5,6 +5,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "base/pg_time.h"
+
 namespace pgrelay::capture {
 namespace {
 
@@ -280,6 +282,13 @@ void NativeCapture::maybe_note_read_through() {
   log_.note_read_through(stream_position_);
 }
 
+void NativeCapture::stamp_received(const wire::XLogData& data, Lsn end) {
+  HopTrace* trace = log_.options().hop_trace;
+  if (trace == nullptr) return;
+  trace->stamp(Hop::kUpstreamSend, end.value(), data.send_time + kPgEpochUnixMicros);
+  trace->stamp(Hop::kCaptureReceipt, end.value());
+}
+
 Status NativeCapture::handle(const wire::XLogData& data) {
   auto decoded = decoder_->decode(data.data);
   if (!decoded.ok()) return decoded.error();
@@ -350,6 +359,7 @@ Status NativeCapture::handle(const wire::XLogData& data) {
           entry->meta.origin = open_header_.origin;
           entry->meta.origin_lsn = open_header_.origin_lsn;
           queue(std::move(*entry), open_rows_, false);
+          stamp_received(data, m.end_lsn);
           return {};
         } else {
           return Error::make(sqlstate::kProtocolViolation,
@@ -415,6 +425,7 @@ Result<bool> NativeCapture::handle_streamed(const wire::XLogData& data, pgoutput
     t->visible.finish(
         {entry->data_size(), commit->commit_lsn, commit->end_lsn, commit->commit_time});
     queue(std::move(*entry), t->rows, true);
+    stamp_received(data, commit->end_lsn);
     return true;
   }
   if (auto* abort = std::get_if<pgoutput::StreamAbort>(&message)) {

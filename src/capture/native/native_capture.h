@@ -127,6 +127,9 @@ class NativeCapture {
   // Reads and handles frames until an error (or stop()).
   Status pump();
   Status handle(const wire::XLogData& data);
+  // The log's hop trace, if any, learns when the upstream sent the commit ending at `end` and
+  // when it arrived.
+  void stamp_received(const wire::XLogData& data, Lsn end);
   // The messages of streamed (still running) transactions; false when `message` is none.
   Result<bool> handle_streamed(const wire::XLogData& data, pgoutput::Message& message,
                                Lsn last_commit);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/hop_trace.h"
 #include "capture/trigger/installer.h"
 #include "capture/trigger/record_text.h"
 #include "capture/trigger/relation_info.h"
@@ -752,6 +753,8 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   const bool releasing = release_pending_ && !in_transaction;
   // The builder (and its spill file) outlives the stream, which must end before the rollback.
   log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
+  HopTrace* trace = log_.options().hop_trace;
+  const std::int64_t poll_sent = trace != nullptr ? unix_micros() : 0;
   auto rows = read_changes(releasing);
   if (!rows.ok()) return rows.error();
   RowStream& stream = **rows;
@@ -792,11 +795,17 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   // Appends the finished entries with a checkpoint of `state`, and counts them.
   auto append = [&](const CheckpointState& state) -> Status {
     std::vector<log::BuiltEntry>& built = assembler.built();
+    const std::int64_t rows_read = trace != nullptr ? unix_micros() : 0;
     auto base = append_with_checkpoint(built, assembler.offset(), state, predicted, *poll_time);
     if (!base.ok()) return base.error();
     if (!built.empty()) {
       if (!stats.base.is_valid()) stats.base = *base;
       stats.last_lsn = *base + built.back().meta.commit_lsn.value();
+      if (trace != nullptr) {
+        const std::uint64_t through = (*base + built.back().meta.end_lsn.value()).value();
+        trace->stamp(Hop::kUpstreamSend, through, poll_sent);
+        trace->stamp(Hop::kCaptureReceipt, through, rows_read);
+      }
     }
     appended += built.size();
     return {};

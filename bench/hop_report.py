@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+# Per-hop latency of each transaction through pgrelay: `serve --hop-trace` joined with the consumer's --receipts.
+"""Usage: hop_report.py TRACE RECEIPTS [--skip-seconds S]
+
+TRACE is what `pgrelay serve --hop-trace FILE` wrote at shutdown ("hop LSN unix_us session"
+lines, each saying every transaction ending at or before LSN had passed the hop by then);
+RECEIPTS is bench_repl_consumer --receipts ("END_LSN FIRST_TS_US RECEIPT_US"). For each
+received transaction the time of each hop is the earliest stamp of that hop at or past its end
+LSN. Prints, per hop, the time since the transaction's row was written (its ts_us, taken just
+before commit) and the step from the hop before it on the path, as p50 / p99 / max in ms.
+`durable` is off the readers' path under native capture (entries are shown before their
+fdatasync) and on it under trigger capture (shown after): its step is from capture receipt.
+The first --skip-seconds (default 1) of receipts are left out (connection warm-up).
+"""
+import bisect
+import sys
+
+PATH = ["upstream_send", "capture_receipt", "append_visible", "walsender_read", "socket_write", "consumer"]
+
+
+def lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def read_trace(path):
+    hops = {}
+    dropped = 0
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# dropped"):
+                dropped = int(line.split()[2])
+                continue
+            hop, through, t, _session = line.split()
+            hops.setdefault(hop, []).append((lsn(through), int(t)))
+    index = {}
+    for hop, stamps in hops.items():
+        stamps.sort()
+        # Earliest time among the stamps at or past each position: suffix minimum.
+        suffix = [0] * len(stamps)
+        best = None
+        for i in range(len(stamps) - 1, -1, -1):
+            best = stamps[i][1] if best is None else min(best, stamps[i][1])
+            suffix[i] = best
+        index[hop] = ([s[0] for s in stamps], suffix)
+    return index, dropped
+
+
+def first_at_or_past(index, hop, end):
+    if hop not in index:
+        return None
+    keys, suffix = index[hop]
+    i = bisect.bisect_left(keys, end)
+    return suffix[i] if i < len(keys) else None
+
+
+def pct(values, p):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100.0 * len(values)))] / 1000.0
+
+
+def main():
+    args = sys.argv[1:]
+    skip = 1.0
+    if "--skip-seconds" in args:
+        i = args.index("--skip-seconds")
+        skip = float(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 2:
+        sys.exit(__doc__)
+    index, dropped = read_trace(args[0])
+    receipts = []
+    with open(args[1]) as f:
+        for line in f:
+            end, first_ts, received = line.split()
+            receipts.append((lsn(end), int(first_ts), int(received)))
+    if not receipts:
+        sys.exit("hop_report: no receipts in %s" % args[1])
+    start = receipts[0][2] + skip * 1e6
+    since = {h: [] for h in PATH + ["durable"]}
+    step = {h: [] for h in PATH + ["durable"]}
+    missing = {}
+    used = 0
+    for end, origin, received in receipts:
+        if received < start:
+            continue
+        times = {h: first_at_or_past(index, h, end) for h in PATH[:-1] + ["durable"]}
+        times["consumer"] = received
+        lost = [h for h, t in times.items() if t is None]
+        if lost:
+            for h in lost:
+                missing[h] = missing.get(h, 0) + 1
+            continue
+        used += 1
+        prev = origin
+        for h in PATH:
+            since[h].append(times[h] - origin)
+            step[h].append(times[h] - prev)
+            prev = times[h]
+        since["durable"].append(times["durable"] - origin)
+        step["durable"].append(times["durable"] - times["capture_receipt"])
+    print("hops of %d transactions (%d left out as warm-up or without every stamp: %s; %d stamps dropped)"
+          % (used, len(receipts) - used, missing or "none", dropped))
+    print("%-16s %27s   %27s" % ("", "since the row was written", "step from the hop before"))
+    print("%-16s %8s %8s %9s   %8s %8s %9s" % ("hop (ms)", "p50", "p99", "max", "p50", "p99", "max"))
+    for h in PATH + ["durable"]:
+        print("%-16s %8.2f %8.2f %9.2f   %8.2f %8.2f %9.2f" % (
+            h, pct(since[h], 50), pct(since[h], 99), pct(since[h], 100),
+            pct(step[h], 50), pct(step[h], 99), pct(step[h], 100)))
+    if used == 0:
+        sys.exit("hop_report: no transaction had every stamp")
+
+
+if __name__ == "__main__":
+    main()
