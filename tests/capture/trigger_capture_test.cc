@@ -734,6 +734,32 @@ TEST_F(TriggerCaptureTest, RolledBackSavepointLeavesOnlyCommittedRows) {
                                    server_->scalar("SELECT min(xmin::text::int8) FROM sp"))));
 }
 
+// A poll that finds nothing reads its one head row and the result's end: leaving the stream
+// before its end would cancel the statement, on a connection of its own per poll (it made each
+// empty poll take ~15 ms, the p99 of trigger capture's latency at 1000 tx/s), and a cancel that
+// reached the statement before it ended would undo the release of the rows already captured.
+TEST_F(TriggerCaptureTest, AnEmptyPollReadsItsResultToTheEndInsteadOfCancellingIt) {
+  create_table("quiet", "(id int PRIMARY KEY)");
+  install_tables({"quiet"});
+  start_poller();
+  // capture(), as the capture service polls: each poll's statement also deletes the rows the
+  // one before it captured.
+  auto capture = [&] {
+    auto r = poller_->capture();
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
+    return r.ok() ? r->transactions : 99u;
+  };
+  EXPECT_EQ(capture(), 0u);  // nothing yet
+  server_->exec("INSERT INTO quiet VALUES (1)");
+  EXPECT_EQ(capture(), 1u);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "1");
+  EXPECT_EQ(capture(), 0u);  // releases the row captured before, finds nothing new
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+  EXPECT_EQ(capture(), 0u);
+  EXPECT_EQ(poller_->session().cancels_sent(), 0u);
+  EXPECT_EQ(read_log().size(), 1u);
+}
+
 // pgrelay installs again at every start. With nothing to upgrade, that takes no lock that a
 // writer's open transaction holds against it: before, ALTER TABLE ... ADD COLUMN IF NOT EXISTS
 // waited for every open writer on the change table (a prepared transaction: until it ended),

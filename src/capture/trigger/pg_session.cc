@@ -152,6 +152,7 @@ RowStream::~RowStream() {
   if (PGcancel* cancel = PQgetCancel(session_.conn_)) {
     char error[256];
     (void)PQcancel(cancel, error, sizeof error);
+    ++session_.cancels_sent_;
     PQfreeCancel(cancel);
   }
   drain();

@@ -104,6 +104,9 @@ class PgSession {
   // Reads what arrived on the socket without blocking and returns how many notifications
   // (LISTEN) it held; 08006 when the connection is gone.
   Result<int> drain_notifications();
+  // Statements cancelled because a RowStream was left before its end. Each cancel is a
+  // connection of its own to the server, and costs milliseconds: a loop must not make them.
+  std::uint64_t cancels_sent() const { return cancels_sent_; }
 
   // `what` and libpq's last message on this connection, as `sqlstate`.
   Error connection_error(const std::string& what,
@@ -122,6 +125,7 @@ class PgSession {
 
   PGconn* conn_ = nullptr;
   std::set<std::string> prepared_;
+  std::uint64_t cancels_sent_ = 0;
 };
 
 }  // namespace pgrelay::capture
