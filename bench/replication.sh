@@ -36,7 +36,7 @@
 #     stream blocks while it runs, and commit -> last is commit -> Stream Commit received.
 #  4. one table with pgrelay/native ratios and the issue's targets.
 #  5. where pgrelay's latency goes (HOP_TRACE=1, the default): pgrelay runs with --hop-trace, the
-#     latency run's consumer writes its receipts, and bench/hop_report.py prints each hop's
+#     latency and live runs' consumers write their receipts, and bench/hop_report.py prints each hop's
 #     delay (upstream send, capture receipt, visible in the log, walsender read, socket write,
 #     consumer receipt; and durable) per capture mode, as p50/p99/max.
 #
@@ -230,7 +230,9 @@ measure() {
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local extra=()
   [ "$mode" = catchup ] && extra=(--wait-file "$dir/go")
-  [ "$run" = latency ] && [ "$sys" != native ] && [ "$HOP_TRACE" = 1 ] && extra+=(--receipts "$dir/receipts")
+  if [[ $run == latency || $run == live ]] && [ "$sys" != native ] && [ "$HOP_TRACE" = 1 ]; then
+    extra+=(--receipts "$dir/receipts")
+  fi
   "$CONSUMER" --conninfo "$conn" --consumers "$m" --slot-prefix "bench_${run//[^a-z0-9]/_}" \
     --publication bench_pub --expect "$expect" --ready-file "$dir/ready" "${extra[@]}" \
     --payload "$PAYLOAD" "${cpu[@]}" --stall-seconds 60 --timeout-seconds 900 --threads "$CONSUMER_THREADS" \
@@ -362,10 +364,12 @@ for CAPTURE in $CAPTURES; do
   for _ in $(seq 50); do kill -0 "$RELAY_PID" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$RELAY_PID" 2>/dev/null && die "pgrelay (capture $CAPTURE) ignored SIGTERM for 5 s"
   RELAY_PID=""
-  if [ "$HOP_TRACE" = 1 ] && [ -s "$OUT/pgrelay_$CAPTURE.latency/receipts" ]; then
-    python3 bench/hop_report.py "$OUT/hop-trace-$CAPTURE.txt" "$OUT/pgrelay_$CAPTURE.latency/receipts" \
-      >"$OUT/hops-$CAPTURE.txt" || die "hop_report failed for capture $CAPTURE: $(tail -3 "$OUT/hops-$CAPTURE.txt")"
-  fi
+  for run in latency live; do
+    if [ "$HOP_TRACE" = 1 ] && [ -s "$OUT/pgrelay_$CAPTURE.$run/receipts" ]; then
+      python3 bench/hop_report.py "$OUT/hop-trace-$CAPTURE.txt" "$OUT/pgrelay_$CAPTURE.$run/receipts" \
+        >"$OUT/hops-$CAPTURE.$run.txt" || die "hop_report failed for capture $CAPTURE, $run run: $(tail -3 "$OUT/hops-$CAPTURE.$run.txt")"
+    fi
+  done
   # A stopped pgrelay's upstream slot would keep WAL and load the next run's decoding.
   pg -c "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
          WHERE slot_name LIKE 'pgrelay\_%'" >/dev/null || die "could not drop pgrelay's upstream slot"
@@ -440,9 +444,14 @@ table() {  # capture mode
   for mode in $CAPTURES; do
     table "$mode"
     echo
-    if [ -s "$OUT/hops-$mode.txt" ]; then
+    if [ -s "$OUT/hops-$mode.latency.txt" ]; then
       echo "pgrelay, capture $mode: where the latency at ${LAT_RATE} tx/s goes"
-      cat "$OUT/hops-$mode.txt"
+      cat "$OUT/hops-$mode.latency.txt"
+      echo
+    fi
+    if [ -s "$OUT/hops-$mode.live.txt" ]; then
+      echo "pgrelay, capture $mode: where the latency goes, unthrottled (live run)"
+      cat "$OUT/hops-$mode.live.txt"
       echo
     fi
   done

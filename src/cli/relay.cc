@@ -214,7 +214,12 @@ Status Relay::open_slots() {
 }
 
 Status Relay::start_captures() {
-  if (!options_.hop_trace.empty()) hop_trace_ = std::make_unique<HopTrace>();
+  if (!options_.hop_trace.empty()) {
+    hop_trace_ = std::make_unique<HopTrace>();
+    // Written (empty) now, so that a path it cannot be written to is refused at start, not after
+    // the run it was to trace.
+    PGRELAY_TRY(hop_trace_->write(options_.hop_trace));
+  }
   captures_ =
       std::make_unique<DatabaseCaptures>(options_, upstream_, io_, logger_, hop_trace_.get());
   DatabaseCaptures& captures = *captures_;

@@ -321,7 +321,9 @@ def body(env):
     env.psql_admin(SCHEMA)
     data_dir = os.path.join(env.base, "relay-data")
     t0 = time.monotonic()
-    relay = env.start_relay(data_dir=data_dir, extra_args=["--capture", "native"])
+    hop_trace = os.path.join(env.base, "hop-trace.txt")
+    started_us = int(time.time() * 1e6)
+    relay = env.start_relay(data_dir=data_dir, extra_args=["--capture", "native", "--hop-trace", hop_trace])
     print("    pgrelay --capture native ready in %.1fs" % (time.monotonic() - t0), flush=True)
     state = {"relay": relay}
 
@@ -703,6 +705,52 @@ def body(env):
                        lambda: (time.sleep(0.5), run_workload(env, new, WORKLOAD_UP_AGAIN)))
         state["restarted"] = True
 
+    def hop_trace_written():
+        # The first pgrelay ran with --hop-trace and stopped with SIGTERM in restart().
+        expect(state.get("restarted"), "the first pgrelay stopped cleanly")
+        stopped_us = int(time.time() * 1e6)
+        with open(hop_trace) as f:
+            lines = f.read().splitlines()
+        expect_eq(lines[-1:], ["# dropped 0"], "the trace's last line: nothing dropped")
+        stamps = {}
+        for line in lines[:-1]:
+            hop, lsn, t, session = line.split()
+            hi, lo = lsn.split("/")
+            stamps.setdefault(hop, []).append(((int(hi, 16) << 32) | int(lo, 16), int(t), int(session)))
+        print("    hop trace: %s" % ", ".join("%s %d" % (h, len(r)) for h, r in sorted(stamps.items())), flush=True)
+        expect_eq(sorted(stamps), sorted(["upstream_send", "capture_receipt", "append_visible", "durable",
+                                           "walsender_read", "socket_write"]), "every hop was stamped")
+        for hop, rows in stamps.items():
+            expect(all(started_us - 60e6 <= t <= stopped_us for _, t, _ in rows),
+                   "%s stamps are times of this run" % hop, got=rows[:3])
+            expect(all((s != 0) == (hop in ("walsender_read", "socket_write")) for _, _, s in rows),
+                   "%s stamps carry a walsender pid exactly when they are a walsender's" % hop, got=rows[:3])
+        # Each commit: sent upstream, then received, then shown in the log, then read by a walsender.
+        sent = {lsn: t for lsn, t, _ in stamps["upstream_send"]}
+        received = {lsn: t for lsn, t, _ in stamps["capture_receipt"]}
+        expect_eq(sorted(sent), sorted(received), "each commit's send and receipt are stamped together")
+        expect(all(sent[lsn] <= received[lsn] + 2000 for lsn in sent),
+               "the upstream sent each commit before capture received it (2 ms of clock slack)")
+        visible = sorted(stamps["append_visible"])
+        late = [lsn for lsn, t in received.items()
+                if not any(v >= lsn and vt >= t for v, vt, _ in visible)]
+        expect_eq(late, [], "every received commit was shown in the log at or after its receipt")
+        read = [lsn for lsn, _, _ in stamps["walsender_read"]]
+        expect(set(received) & set(read), "walsenders read commits capture received", got=read[:5])
+        durable_to = max(lsn for lsn, _, _ in stamps["durable"])
+        expect(durable_to >= max(received), "an fdatasync covered every received commit by the stop",
+               got=(durable_to, max(received)))
+        res = subprocess.run([env.pgrelay, "serve", "--upstream", env.upstream_url(), "--listen",
+                              "127.0.0.1:%d" % free_port(), "--data-dir", os.path.join(env.base, "relay-unused"),
+                              "--capture", "native", "--hop-trace", os.path.join(env.base, "no", "such", "t.txt")],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        expect(res.returncode != 0 and "pgrelay ready" not in res.stdout,
+               "a --hop-trace in a missing directory is refused at start", got=(res.returncode, res.stderr[-600:]))
+        print("    --hop-trace in a missing directory: exit %d, %s" % (res.returncode, res.stderr.strip()[-300:]),
+              flush=True)
+        expect("could not create the hop trace" in res.stderr and "--hop-trace" in res.stderr,
+               "the error names the trace file and the option", got=res.stderr[-600:])
+
     def auto_on_logical():
         r = env.start_relay(data_dir=os.path.join(env.base, "relay-auto"), extra_args=["--capture", "auto"])
         try:
@@ -769,6 +817,8 @@ def body(env):
               recvlogical_endpos)
     env.check("keyless table in an insert-only publication: writers unaffected, inserts stream", keyless_table)
     env.check("restart (SIGTERM): streaming resumes, nothing lost or repeated", restart)
+    env.check("--hop-trace: every hop of the run stamped in order, written at SIGTERM; a bad path refused",
+              hop_trace_written)
     env.check("--capture auto on wal_level=logical chooses native", auto_on_logical)
     env.check("--capture auto on wal_level=replica chooses trigger; --capture native then refused",
               auto_on_replica_and_refusal)
