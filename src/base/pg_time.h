@@ -7,9 +7,6 @@
 
 namespace pgrelay {
 
-// Postgres's epoch (2000-01-01 UTC) in microseconds since the Unix epoch.
-inline constexpr std::int64_t kPgEpochUnixMicros = 946684800LL * 1000000;
-
 // "2026-11-29T23:31:28.123456Z" from microseconds since 2000-01-01.
 std::string format_pg_time(std::int64_t pg_micros);
 // Parses "YYYY-MM-DD[ T]HH:MM:SS[.ffffff][Z|+HH[:MM]|-HH[:MM]]" (UTC when no zone is given)

@@ -5,6 +5,7 @@
 
 #include "log/crc32c.h"
 #include "log/file_util.h"
+#include "wire/replication_frames.h"
 
 namespace pgrelay::log {
 
@@ -13,7 +14,6 @@ namespace {
 constexpr char kSlotsMagic[8] = {'P', 'G', 'R', 'S', 'L', 'O', 'T', 'S'};
 constexpr std::uint32_t kSlotsVersion = 1;
 constexpr std::uint8_t kFlagTwoPhase = 1;
-constexpr std::int64_t kPostgresEpochUnixMicros = 946'684'800'000'000;
 
 // Postgres's codes that base/result.h does not (yet) name.
 constexpr const char* kNameTooLong = "42622";
@@ -65,10 +65,7 @@ Status validate_slot_name(std::string_view name) {
 }
 
 std::int64_t now_pg_micros() {
-  auto unix_micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  return static_cast<std::int64_t>(unix_micros) - kPostgresEpochUnixMicros;
+  return wire::to_pg_timestamp(std::chrono::system_clock::now());
 }
 
 Bytes serialize_slots(const std::vector<Slot>& persistent_slots) {

@@ -5,8 +5,6 @@
 #include <string_view>
 #include <type_traits>
 
-#include "base/pg_time.h"
-
 namespace pgrelay::capture {
 namespace {
 
@@ -285,7 +283,7 @@ void NativeCapture::maybe_note_read_through() {
 void NativeCapture::stamp_received(const wire::XLogData& data, Lsn end) {
   HopTrace* trace = log_.options().hop_trace;
   if (trace == nullptr) return;
-  trace->stamp(Hop::kUpstreamSend, end.value(), data.send_time + kPgEpochUnixMicros);
+  trace->stamp(Hop::kUpstreamSend, end.value(), wire::pg_to_unix_micros(data.send_time));
   trace->stamp(Hop::kCaptureReceipt, end.value());
 }
 
