@@ -57,6 +57,9 @@ class Relay {
   // frames point into are still there; left to its own destructor, that would happen after.
   class Loop : public asio::io_context {
    public:
+    // One thread runs it (run()); others only post to it. The hint lets completions that
+    // happen on that thread skip the scheduler's lock (two per pass-through round trip).
+    Loop() : asio::io_context(1) {}
     void drop_pending_work() { shutdown(); }
   };
 

@@ -126,39 +126,51 @@ upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelaySt
       wire::encode(wire::make_error_response(shutdown, wire::Severity::kFatal)));
 }
 
-// The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
-// SQL names a virtualized object, else the original bytes.
-void append_client_frame(char tag, ByteView body, const SqlRewrite& rewrite,
-                         const StatementSource& source, Bytes& out) {
-  if (rewrite && (tag == 'Q' || tag == 'P')) {
+// One client frame, with the statement of a Query or Parse parsed once: both the DROP DATABASE
+// check and the catalog rewrite read it.
+struct ClientFrame {
+  explicit ClientFrame(wire::FrameView view) : tag(view.tag), body(view.body) {
     if (tag == 'Q') {
-      if (auto query = wire::parse_query(body); query.ok()) {
-        if (auto sql = rewrite(query->sql, source)) {
-          Bytes encoded = wire::encode(wire::Query{*sql});
-          out.insert(out.end(), encoded.begin(), encoded.end());
-          return;
-        }
-      }
-    } else if (auto parse = wire::parse_parse(body); parse.ok()) {
-      if (auto sql = rewrite(parse->sql, source)) {
-        parse->sql = *sql;
-        Bytes encoded = wire::encode(*parse);
-        out.insert(out.end(), encoded.begin(), encoded.end());
-        return;
-      }
+      if (auto parsed = wire::parse_query(body); parsed.ok()) query = std::move(*parsed);
+    } else if (tag == 'P') {
+      if (auto parsed = wire::parse_parse(body); parsed.ok()) parse = std::move(*parsed);
     }
   }
-  wire::append_frame(out, tag, body);
+  const std::string* sql() const {
+    if (query) return &query->sql;
+    if (parse) return &parse->sql;
+    return nullptr;
+  }
+
+  char tag;
+  ByteView body;  // borrows the client stream's buffer: valid until its next read
+  std::optional<wire::Query> query;
+  std::optional<wire::Parse> parse;
+};
+
+// The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
+// SQL names a virtualized object, else the original bytes.
+void append_client_frame(ClientFrame& frame, const SqlRewrite& rewrite,
+                         const StatementSource& source, Bytes& out) {
+  if (rewrite && frame.sql()) {
+    if (auto sql = rewrite(*frame.sql(), source)) {
+      Bytes encoded;
+      if (frame.query) {
+        encoded = wire::encode(wire::Query{*sql});
+      } else {
+        frame.parse->sql = *sql;
+        encoded = wire::encode(*frame.parse);
+      }
+      out.insert(out.end(), encoded.begin(), encoded.end());
+      return;
+    }
+  }
+  wire::append_frame(out, frame.tag, frame.body);
 }
 
 // The databases a Query or Parse drops (see dropped_databases).
-std::vector<std::string> dropped_databases_in(char tag, ByteView body) {
-  if (tag == 'Q') {
-    if (auto query = wire::parse_query(body); query.ok()) return dropped_databases(query->sql);
-  } else if (tag == 'P') {
-    if (auto parse = wire::parse_parse(body); parse.ok()) return dropped_databases(parse->sql);
-  }
-  return {};
+std::vector<std::string> dropped_databases_in(const ClientFrame& frame) {
+  return frame.sql() ? dropped_databases(*frame.sql()) : std::vector<std::string>();
 }
 
 // Before DROP DATABASE goes upstream, pgrelay stops capturing those databases: its own
@@ -178,14 +190,14 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
-    auto frame = co_await client.read_frame();
-    if (!frame.ok()) {
-      if (frame.error().sqlstate == sqlstate::kProtocolViolation) {
+    auto view = co_await client.read_frame_view();
+    if (!view.ok()) {
+      if (view.error().sqlstate == sqlstate::kProtocolViolation) {
         count(context.metrics, server_metrics::kProtocolErrors);
         if (context.logger) {
           auto peer = client.transport().peer_address();
           context.logger->warning("session closed for a protocol violation",
-                                  {{"error", frame.error().message},
+                                  {{"error", view.error().message},
                                    {"host", peer ? peer->to_string() : std::string("local")}});
         }
       }
@@ -200,28 +212,28 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       co_await parked.async_wait(upstream::kAsTuple);
       co_return;
     }
-    if (context.hubs) {
-      co_await release_databases(dropped_databases_in(frame->tag, frame->body), *context.hubs);
-    }
-    append_client_frame(frame->tag, frame->body, rewrite, source, batch);
-    state.count_client_frame(frame->tag);
-    bool terminate = frame->tag == 'X';
     // Forward everything already buffered in one write, so pipelined clients stay fast.
-    while (!terminate && batch.size() < kBatchBytes) {
-      auto more = client.reader().next_view();
-      if (!more.ok() || !more->has_value()) break;
-      const auto dropped = context.hubs ? dropped_databases_in((*more)->tag, (*more)->body)
-                                        : std::vector<std::string>();
+    std::optional<wire::FrameView> next = *view;
+    bool terminate = false;
+    while (next && !terminate) {
+      ClientFrame frame(*next);
+      const auto dropped = context.hubs ? dropped_databases_in(frame) : std::vector<std::string>();
       if (!dropped.empty()) {
-        // Sent after what came before it, once pgrelay has let go of the database.
-        if (relayed) relayed->inc(batch.size());
-        if (!(co_await to.write_all(batch)).ok()) co_return;
-        batch.clear();
+        // Sent after what came before it, once pgrelay has let go of the database. The frame's
+        // view stays valid: nothing reads the client meanwhile.
+        if (!batch.empty()) {
+          if (relayed) relayed->inc(batch.size());
+          if (!(co_await to.write_all(batch)).ok()) co_return;
+          batch.clear();
+        }
         co_await release_databases(dropped, *context.hubs);
       }
-      append_client_frame((*more)->tag, (*more)->body, rewrite, source, batch);
-      state.count_client_frame((*more)->tag);
-      terminate = (*more)->tag == 'X';
+      append_client_frame(frame, rewrite, source, batch);
+      state.count_client_frame(frame.tag);
+      terminate = frame.tag == 'X';
+      if (batch.size() >= kBatchBytes) break;
+      auto more = client.reader().next_view();
+      next = more.ok() ? *more : std::nullopt;
     }
     if (relayed) relayed->inc(batch.size());
     if (!(co_await to.write_all(batch)).ok()) co_return;

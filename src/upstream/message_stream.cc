@@ -23,4 +23,15 @@ awaitable<Result<wire::Frame>> MessageStream::read_frame() {
   }
 }
 
+awaitable<Result<wire::FrameView>> MessageStream::read_frame_view() {
+  for (;;) {
+    auto frame = reader_.next_view();
+    if (!frame.ok()) co_return frame.error();
+    if (frame->has_value()) co_return **frame;
+    auto n = co_await transport_.read_some(asio::buffer(buffer_));
+    if (!n.ok()) co_return n.error();
+    reader_.feed(ByteView(buffer_.data(), *n));
+  }
+}
+
 }  // namespace pgrelay::upstream

@@ -20,6 +20,9 @@ class MessageStream {
 
   // The next whole frame. An Error on EOF, a network failure, or a malformed frame.
   awaitable<Result<wire::Frame>> read_frame();
+  // As read_frame, without copying the body: the view is valid until the next read (a relay's
+  // hot path forwards it at once).
+  awaitable<Result<wire::FrameView>> read_frame_view();
   awaitable<Status> write(ByteView bytes) { co_return co_await transport_.write_all(bytes); }
 
   Transport& transport() { return transport_; }
