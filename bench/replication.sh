@@ -50,7 +50,8 @@
 # CONSUMER_THREADS (threads the consumer reads its streams on, default 2: with 32 consumers one
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness),
-# HOP_TRACE (default 1; 0 runs pgrelay without --hop-trace).
+# HOP_TRACE (default 1; 0 runs pgrelay without --hop-trace), PERF_RECORD (default 0; 1 records a
+# `perf record -g` profile of pgrelay while pgbench writes, in OUT/pgrelay_CAPTURE.RUN/perf.data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGRELAY=${PGRELAY:-build/release/src/cli/pgrelay}
@@ -64,6 +65,7 @@ CLIENTS=${CLIENTS:-4}
 CONSUMER_THREADS=${CONSUMER_THREADS:-2}
 KEEP_RUNNING=${KEEP_RUNNING:-0}
 HOP_TRACE=${HOP_TRACE:-1}
+PERF_RECORD=${PERF_RECORD:-0}
 CAPTURES=${CAPTURES:-"native trigger"}
 BULK_ROWS=${BULK_ROWS:-1000000}
 BULK_PAYLOAD=${BULK_PAYLOAD:-200}
@@ -240,7 +242,13 @@ measure() {
   local cpid=$!
   CONSUMER_PID=$cpid
   wait_file "$dir/ready" "$cpid" 300 || { wait "$cpid" || true; die "$sys $run: consumer did not get ready: $(tail -3 "$dir/consumer.err")"; }
+  local perf_pid=""
+  if [ "$PERF_RECORD" = 1 ] && [ "$sys" != native ]; then
+    perf record -q -g -p "$RELAY_PID" -o "$dir/perf.data" >"$dir/perf.log" 2>&1 &
+    perf_pid=$!
+  fi
   write_load "$dir/pgbench.log" "$per" "$@"
+  if [ -n "$perf_pid" ]; then kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" || true; fi
   local tps=$TPS
   R[$sys.$run.write_tps]=$tps
   if [ "$mode" = catchup ]; then
