@@ -5,13 +5,18 @@
 # what any proxy in the path costs on the same machine.
 #
 # Usage: bench/pass_through.sh [PGRELAY_BINARY]   (default: build/release/src/cli/pgrelay)
-# Settings: CLIENTS (default 8), SECONDS_PER_RUN (default 15), SCALE (default 10).
+# Settings: CLIENTS (default 8), SECONDS_PER_RUN (default 15), SCALE (default 10), ROUNDS
+# (default 3: direct, pgrelay and pgbouncer take turns, and each figure is the median of its
+# rounds; on a 2-core machine one run of each swings by 20 points of share or more).
+# Besides TPS, each proxy's CPU per transaction (user and system us, from /proc/PID/stat): the
+# cost of the proxy itself, steadier than a share of TPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGRELAY=${1:-build/release/src/cli/pgrelay}
 CLIENTS=${CLIENTS:-8}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-15}
 SCALE=${SCALE:-10}
+ROUNDS=${ROUNDS:-3}
 BIN=$(ls -d /usr/lib/postgresql/15/bin)
 [ -x "$PGRELAY" ] || { echo "build pgrelay first: cmake --preset release && cmake --build build/release" >&2; exit 1; }
 
@@ -66,26 +71,58 @@ EOF
   sleep 0.5
 fi
 
-tps() {  # PORT ARGS...
+# One pgbench run against PORT; prints "TPS TRANSACTIONS".
+run_pgbench() {  # PORT ARGS...
   local port=$1; shift
   "$BIN/pgbench" -n -h 127.0.0.1 -p "$port" -U postgres -c "$CLIENTS" -j 2 -T "$SECONDS_PER_RUN" "$@" postgres 2>/dev/null |
-    awk '/^tps = / { print $3; exit }'
+    awk '/^number of transactions actually processed: / { split($NF, n, "/"); t = n[1] }
+         /^tps = / { print $3, t; exit }'
 }
-printf "%-24s %9s %12s %8s" workload direct via-pgrelay ratio
-[ -n "$BOUNCER" ] && printf " %13s %8s" via-pgbouncer ratio
-printf "\n"
+cpu_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }  # user and system clock ticks
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Appends one round's figures for SYSTEM to $WORK/SYSTEM.MODE: TPS [user_us system_us per tx].
+measure_round() {  # SYSTEM PORT PID MODE ARGS...
+  local system=$1 port=$2 pid=$3 mode=$4; shift 4
+  local u0 s0 u1 s1 tps n
+  [ -n "$pid" ] && read -r u0 s0 < <(cpu_ticks "$pid")
+  read -r tps n < <(run_pgbench "$port" "$@")
+  if [ -n "$pid" ] && [ "${n:-0}" -gt 0 ]; then
+    read -r u1 s1 < <(cpu_ticks "$pid")
+    echo "$tps $(( (u1 - u0) * TICK_US * 100 / n )) $(( (s1 - s0) * TICK_US * 100 / n ))" >>"$WORK/$system.$mode"
+  else
+    echo "$tps" >>"$WORK/$system.$mode"
+  fi
+}
+column_median() { awk -v c="$2" '{ print $c }' "$1" | median; }  # FILE COLUMN
+share() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", 100 * a / b }'; }
+cpu_cell() {  # FILE: median user+system us per transaction (stored in hundredths)
+  awk -v u="$(column_median "$1" 2)" -v s="$(column_median "$1" 3)" 'BEGIN { printf "%.1f+%.1f", u / 100, s / 100 }'
+}
+
+BOUNCER_PID=""
+[ -n "$BOUNCER" ] && BOUNCER_PID=$(cat "$WORK/pgbouncer.pid")
+printf "%-22s %8s %9s %7s %10s" workload direct pgrelay share "cpu us/tx"
+[ -n "$BOUNCER" ] && printf " %9s %7s %10s" pgbouncer share "cpu us/tx"
+printf "   (median of %s rounds; cpu = user+system)\n" "$ROUNDS"
 for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" ; do
   name=${mode%%:*}; args=${mode#*:}
-  # shellcheck disable=SC2086
-  direct=$(tps "$PG_PORT" $args)
-  # shellcheck disable=SC2086
-  relayed=$(tps "$RELAY_PORT" $args)
-  ratio=$(awk -v a="$relayed" -v b="$direct" 'BEGIN { printf "%.1f%%", 100 * a / b }')
-  printf "%-24s %9.0f %12.0f %8s" "$name" "$direct" "$relayed" "$ratio"
-  if [ -n "$BOUNCER" ]; then
+  for _ in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
-    bounced=$(tps "$BOUNCER_PORT" $args)
-    printf " %13.0f %8s" "$bounced" "$(awk -v a="$bounced" -v b="$direct" 'BEGIN { printf "%.1f%%", 100 * a / b }')"
+    measure_round direct "$PG_PORT" "" "$name" $args
+    # shellcheck disable=SC2086
+    measure_round pgrelay "$RELAY_PORT" "$RELAY_PID" "$name" $args
+    # shellcheck disable=SC2086
+    [ -n "$BOUNCER" ] && measure_round pgbouncer "$BOUNCER_PORT" "$BOUNCER_PID" "$name" $args
+  done
+  direct=$(column_median "$WORK/direct.$name" 1)
+  relayed=$(column_median "$WORK/pgrelay.$name" 1)
+  printf "%-22s %8.0f %9.0f %7s %10s" "$name" "$direct" "$relayed" "$(share "$relayed" "$direct")" \
+    "$(cpu_cell "$WORK/pgrelay.$name")"
+  if [ -n "$BOUNCER" ]; then
+    bounced=$(column_median "$WORK/pgbouncer.$name" 1)
+    printf " %9.0f %7s %10s" "$bounced" "$(share "$bounced" "$direct")" "$(cpu_cell "$WORK/pgbouncer.$name")"
   fi
   printf "\n"
 done
