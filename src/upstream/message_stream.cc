@@ -13,14 +13,9 @@ Bytes encode_frame(char tag, ByteView body) {
 }
 
 awaitable<Result<wire::Frame>> MessageStream::read_frame() {
-  for (;;) {
-    auto frame = reader_.next();
-    if (!frame.ok()) co_return frame.error();
-    if (frame->has_value()) co_return std::move(**frame);
-    auto n = co_await transport_.read_some(asio::buffer(buffer_));
-    if (!n.ok()) co_return n.error();
-    reader_.feed(ByteView(buffer_.data(), *n));
-  }
+  auto view = co_await read_frame_view();
+  if (!view.ok()) co_return view.error();
+  co_return wire::Frame{view->tag, Bytes(view->body.begin(), view->body.end())};
 }
 
 awaitable<Result<wire::FrameView>> MessageStream::read_frame_view() {
