@@ -314,6 +314,10 @@ Status Relay::configure_sessions() {
   context_.auth.timeout = std::chrono::seconds(options_.authentication_timeout_seconds);
   context_.settings.max_wal_senders = options_.max_wal_senders;
   context_.settings.max_replication_slots = options_.max_replication_slots;
+  if (!upstream_absent()) {
+    PGRELAY_TRY(relay_loop_.start());
+    context_.relay_loop = &relay_loop_;
+  }
 
   // Clients log in as the upstream's user, with its password, unless a users file says who.
   if (plan_.users) {
@@ -433,6 +437,7 @@ void Relay::shut_down() {
   server_->stop_accepting();
   hubs_->walsenders().stop_all();
   context_.shutdown.trigger();
+  relay_loop_.recall_all();  // its sessions finish their reply in flight on the loop above
   shutdown_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   wait_for_sessions();
 }
@@ -580,6 +585,7 @@ Status Relay::start_admin() {
 
 int Relay::run() {
   io_.run();
+  relay_loop_.stop();
   blocking_.join();
   io_.drop_pending_work();
   (void)slots_->flush();

@@ -24,6 +24,7 @@
 #include "nats/publisher.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
+#include "server/relay_loop.h"
 #include "server/replication_hubs.h"
 #include "server/server.h"
 #include "server/server_context.h"
@@ -117,6 +118,9 @@ class Relay {
   std::unique_ptr<asio::ssl::context> server_tls_;
   std::unique_ptr<asio::ssl::context> upstream_tls_;
   server::SqlRewriter rewriter_;
+  // Plain-socket pass-through sessions, once logged in. Stopped once the loop has stopped (what
+  // it still holds goes back to the loop's sessions), destroyed before the loop.
+  server::RelayLoop relay_loop_;
   server::ServerContext context_;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint_;

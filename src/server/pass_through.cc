@@ -5,6 +5,10 @@
 // notice be dropped (below). Client to upstream goes frame by frame, because a Query or Parse
 // naming a virtualized catalog object is rewritten; every other frame is forwarded as it
 // came, in batches.
+//
+// Once logged in, a session over plain sockets moves to the RelayLoop (relay_loop.h), which
+// relays the same way at less cost, and comes back here for what needs a coroutine: a DROP
+// DATABASE, and shutdown. TLS sessions stay here throughout.
 #include "server/pass_through.h"
 
 #include <asio/experimental/awaitable_operators.hpp>
@@ -13,6 +17,8 @@
 
 #include "server/blocking.h"
 #include "server/command_result.h"
+#include "server/relay_loop.h"
+#include "server/relay_protocol.h"
 #include "server/session_start.h"
 #include "server/sql_rewrite.h"
 #include "upstream/upstream_login.h"
@@ -29,63 +35,25 @@ constexpr std::size_t kBatchBytes = 64 * 1024;
 constexpr std::size_t kCopyBufferBytes = 64 * 1024;
 static_assert(kCopyBufferBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
 
-// CREATE PUBLICATION warns "wal_level is insufficient to publish logical changes" on an
-// upstream without wal_level=logical. Through pgrelay, publications do work and wal_level
-// reads 'logical', so the warning would be false: it is dropped. Matched on the fields that
-// are not translated (severity, SQLSTATE, routine), so lc_messages does not matter.
-bool is_false_wal_level_warning(ByteView body) {
-  auto notice = wire::parse_notice_response(body);
-  return notice.ok() && notice->severity() == "WARNING" && notice->sqlstate() == "55000" &&
-         notice->find(wire::error_field::kRoutine) == std::string_view("CreatePublication");
-}
+// The asio path's state of one session: the protocol's, and the shutdown handshake's.
+struct SessionState {
+  RelayState protocol;
+  bool draining = false;  // the server is shutting down
+  bool woken = false;     // `wake` was cancelled on purpose (not by the session ending)
 
-// What the two directions of one session know of each other, on the session's thread.
-struct RelayState {
-  wire::BackendStreamFilter from_upstream{is_false_wal_level_warning};
-  std::uint64_t replies_expected = 0;  // Query, Sync and FunctionCall frames forwarded
-  bool unsynced = false;               // extended-protocol frames forwarded since the last Sync
-  bool draining = false;               // the server is shutting down
-  bool woken = false;  // `wake` was cancelled on purpose (not by the session ending)
-
-  // No reply the client waits for is still to come.
-  bool idle() const {
-    return !unsynced && from_upstream.ready_for_query_count() >= replies_expected &&
-           from_upstream.at_message_boundary();
-  }
-  void count_client_frame(char tag) {
-    switch (tag) {
-      case 'Q':
-      case 'F':
-        ++replies_expected;
-        break;
-      case 'S':
-        ++replies_expected;
-        unsynced = false;
-        break;
-      case 'P':
-      case 'B':
-      case 'E':
-      case 'D':
-      case 'C':
-      case 'H':
-        unsynced = true;
-        break;
-      default:
-        break;
-    }
-  }
+  bool idle() const { return protocol.idle(); }
 };
 
-void wake_up(RelayState& state, asio::steady_timer& wake) {
+void wake_up(SessionState& state, asio::steady_timer& wake) {
   state.woken = true;
   wake.cancel();
 }
 
 // Forwards `buffer[0, filled)` through the filter and keeps what it holds back at the front.
-upstream::awaitable<Result<std::size_t>> forward_chunk(RelayState& state, Bytes& buffer,
+upstream::awaitable<Result<std::size_t>> forward_chunk(SessionState& state, Bytes& buffer,
                                                        std::size_t filled,
                                                        upstream::Transport& to) {
-  auto pass = state.from_upstream.process(std::span(buffer.data(), filled));
+  auto pass = state.protocol.from_upstream.process(std::span(buffer.data(), filled));
   if (pass.send > 0) PGRELAY_CO_TRY(co_await to.write_all(ByteView(buffer.data(), pass.send)));
   std::memmove(buffer.data(), buffer.data() + pass.send, pass.keep);
   co_return pass.keep;
@@ -94,7 +62,7 @@ upstream::awaitable<Result<std::size_t>> forward_chunk(RelayState& state, Bytes&
 // `relayed` (optional) counts the bytes: one atomic add per read, nothing more on this path.
 upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
                                                   upstream::Transport& to, Bytes buffer,
-                                                  std::size_t kept, RelayState& state,
+                                                  std::size_t kept, SessionState& state,
                                                   asio::steady_timer& wake, Counter* relayed) {
   for (;;) {
     auto n = co_await from.read_some(asio::buffer(buffer.data() + kept, buffer.size() - kept));
@@ -109,7 +77,7 @@ upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
 
 // Ends the session once the server is shutting down and no reply is in flight, with the
 // FATAL a Postgres backend sends when its server shuts down.
-upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelayState& state,
+upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, SessionState& state,
                                         asio::steady_timer& wake) {
   for (;;) {
     if (!state.woken) {
@@ -126,51 +94,15 @@ upstream::awaitable<void> end_when_idle(upstream::MessageStream& client, RelaySt
       wire::encode(wire::make_error_response(shutdown, wire::Severity::kFatal)));
 }
 
-// One client frame, with the statement of a Query or Parse parsed once: both the DROP DATABASE
-// check and the catalog rewrite read it.
-struct ClientFrame {
-  explicit ClientFrame(wire::FrameView view) : tag(view.tag), body(view.body) {
-    if (tag == 'Q') {
-      if (auto parsed = wire::parse_query(body); parsed.ok()) query = std::move(*parsed);
-    } else if (tag == 'P') {
-      if (auto parsed = wire::parse_parse(body); parsed.ok()) parse = std::move(*parsed);
-    }
+// A session ended by what its client sent: a protocol violation is counted and logged.
+void note_client_failure(const ServerContext& context, const Error& error,
+                         const std::string& host) {
+  if (error.sqlstate != sqlstate::kProtocolViolation) return;
+  count(context.metrics, server_metrics::kProtocolErrors);
+  if (context.logger) {
+    context.logger->warning("session closed for a protocol violation",
+                            {{"error", error.message}, {"host", host}});
   }
-  const std::string* sql() const {
-    if (query) return &query->sql;
-    if (parse) return &parse->sql;
-    return nullptr;
-  }
-
-  char tag;
-  ByteView body;  // borrows the client stream's buffer: valid until its next read
-  std::optional<wire::Query> query;
-  std::optional<wire::Parse> parse;
-};
-
-// The frame to send upstream for one client frame: rewritten if it is a Query or Parse whose
-// SQL names a virtualized object, else the original bytes.
-void append_client_frame(ClientFrame& frame, const SqlRewrite& rewrite,
-                         const StatementSource& source, Bytes& out) {
-  if (rewrite && frame.sql()) {
-    if (auto sql = rewrite(*frame.sql(), source)) {
-      Bytes encoded;
-      if (frame.query) {
-        encoded = wire::encode(wire::Query{*sql});
-      } else {
-        frame.parse->sql = *sql;
-        encoded = wire::encode(*frame.parse);
-      }
-      out.insert(out.end(), encoded.begin(), encoded.end());
-      return;
-    }
-  }
-  wire::append_frame(out, frame.tag, frame.body);
-}
-
-// The databases a Query or Parse drops (see dropped_databases).
-std::vector<std::string> dropped_databases_in(const ClientFrame& frame) {
-  return frame.sql() ? dropped_databases(*frame.sql()) : std::vector<std::string>();
 }
 
 // Before DROP DATABASE goes upstream, pgrelay stops capturing those databases: its own
@@ -185,22 +117,16 @@ upstream::awaitable<void> release_databases(const std::vector<std::string>& data
 upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& client,
                                                    upstream::Transport& to,
                                                    const ServerContext& context,
-                                                   const StatementSource& source, RelayState& state,
-                                                   asio::steady_timer& wake, Counter* relayed) {
+                                                   const StatementSource& source,
+                                                   SessionState& state, asio::steady_timer& wake,
+                                                   Counter* relayed) {
   const SqlRewrite& rewrite = context.rewrite;
   Bytes batch;
   for (;;) {
     auto view = co_await client.read_frame_view();
     if (!view.ok()) {
-      if (view.error().sqlstate == sqlstate::kProtocolViolation) {
-        count(context.metrics, server_metrics::kProtocolErrors);
-        if (context.logger) {
-          auto peer = client.transport().peer_address();
-          context.logger->warning("session closed for a protocol violation",
-                                  {{"error", view.error().message},
-                                   {"host", peer ? peer->to_string() : std::string("local")}});
-        }
-      }
+      auto peer = client.transport().peer_address();
+      note_client_failure(context, view.error(), peer ? peer->to_string() : "local");
       co_return;
     }
     if (state.draining && state.idle()) {
@@ -229,7 +155,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
         co_await release_databases(dropped, *context.hubs);
       }
       append_client_frame(frame, rewrite, source, batch);
-      state.count_client_frame(frame.tag);
+      state.protocol.count_client_frame(frame.tag);
       terminate = frame.tag == 'X';
       if (batch.size() >= kBatchBytes) break;
       auto more = client.reader().next_view();
@@ -240,6 +166,55 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
     batch.clear();
     if (terminate) co_return;
   }
+}
+
+// Moves the session to the relay loop, where it runs at less cost: true when it ended there;
+// false when it stays on this path (TLS) or came back (a DROP DATABASE, shutdown), with its
+// sockets and the bytes in flight back in place.
+upstream::awaitable<bool> ended_on_loop(RelayLoop& loop, upstream::MessageStream& client,
+                                        upstream::Transport& to, Bytes& buffer, std::size_t& kept,
+                                        SessionState& state, ServerContext& context,
+                                        const StatementSource& source, Counter* to_client,
+                                        Counter* to_upstream) {
+  if (client.transport().is_tls() || to.is_tls()) co_return false;
+  auto executor = co_await asio::this_coro::executor;
+  auto peer = client.transport().peer_address();
+  const std::string host = peer ? peer->to_string() : std::string("local");
+  // Only a closed socket cannot be released: then the session is over.
+  auto client_socket = client.transport().release_socket();
+  if (!client_socket) co_return true;
+  auto upstream_socket = to.release_socket();
+  if (!upstream_socket) co_return true;
+
+  RelayedSession session;
+  session.client = std::move(*client_socket);
+  session.upstream = std::move(*upstream_socket);
+  session.state = std::move(state.protocol);
+  session.from_client = client.reader().take_buffered();
+  session.from_upstream.assign(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(kept));
+  session.client_limits = client.reader().limits();
+  session.source = source;
+  session.rewrite = &context.rewrite;
+  session.watch_drops = context.hubs != nullptr;
+  session.to_client_bytes = to_client;
+  session.to_upstream_bytes = to_upstream;
+  RelayedSession back = co_await loop.relay(std::move(session));
+
+  state.protocol = std::move(back.state);
+  if (back.client_error) note_client_failure(context, *back.client_error, host);
+  if (back.ended) co_return true;
+  auto client_transport = upstream::Transport::adopt(executor, std::move(back.client));
+  auto upstream_transport = upstream::Transport::adopt(executor, std::move(back.upstream));
+  if (!client_transport.ok() || !upstream_transport.ok()) co_return true;
+  client.transport() = std::move(*client_transport);
+  to = std::move(*upstream_transport);
+  client.reader().feed(back.from_client);
+  std::copy(back.from_upstream.begin(), back.from_upstream.end(), buffer.begin());
+  kept = back.from_upstream.size();
+  // What the loop accepted but could not write yet goes first.
+  if (!back.to_upstream.empty() && !(co_await to.write_all(back.to_upstream)).ok()) co_return true;
+  if (!back.to_client.empty() && !(co_await client.write(back.to_client)).ok()) co_return true;
+  co_return false;
 }
 
 }  // namespace
@@ -277,7 +252,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   }
   // What the upstream sent after its login goes through the filter like the rest: it may end
   // anywhere, even inside a message.
-  RelayState state;
+  SessionState state;
   Bytes buffer = link->stream.reader().take_buffered();
   std::size_t kept = buffer.size();
   buffer.resize(std::max(kCopyBufferBytes, kept + kCopyBufferBytes / 2));
@@ -293,7 +268,13 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
     greeted = held.ok();
     if (greeted) kept = *held;
   }
-  if (greeted) {
+  bool relaying = greeted;
+  if (relaying && context.relay_loop && !state.draining) {
+    relaying =
+        !co_await ended_on_loop(*context.relay_loop, client, link->stream.transport(), buffer, kept,
+                                state, context, source, to_client, to_upstream);
+  }
+  if (relaying) {
     co_await (copy_upstream_to_client(link->stream.transport(), client.transport(),
                                       std::move(buffer), kept, state, wake, to_client) ||
               relay_client_to_upstream(client, link->stream.transport(), context, source, state,

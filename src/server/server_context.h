@@ -22,6 +22,8 @@
 
 namespace pgrelay::server {
 
+class RelayLoop;
+
 // Values pgrelay reports for the replication settings it owns.
 struct ReplicationSettings {
   std::chrono::milliseconds wal_sender_timeout{60000};
@@ -64,6 +66,8 @@ struct ServerContext {
   // connection, opened then only for SQL (primary_facts.h). Null on a primary.
   PrimaryFacts* primary_facts = nullptr;
   SqlRewrite rewrite;
+  // Where plain-socket pass-through sessions run once logged in; null: on the io thread.
+  RelayLoop* relay_loop = nullptr;
   CancelRegistry cancels;
   // Triggered on the io thread when the server shuts down: pass-through sessions then end as
   // soon as no reply is in flight.

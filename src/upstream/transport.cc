@@ -106,6 +106,43 @@ void Transport::close() {
       stream_);
 }
 
+std::optional<NativeSocket> Transport::release_socket() {
+  std::error_code ec;
+  if (auto* tcp_stream = std::get_if<tcp::socket>(&stream_)) {
+    if (!tcp_stream->is_open()) return std::nullopt;
+    const auto kind = tcp_stream->local_endpoint(ec).address().is_v6() ? NativeSocket::Kind::kTcpV6
+                                                                       : NativeSocket::Kind::kTcpV4;
+    if (ec) return std::nullopt;
+    const int fd = tcp_stream->release(ec);
+    if (ec) return std::nullopt;
+    return NativeSocket{UniqueFd(fd), kind};
+  }
+  if (auto* local = std::get_if<unix_socket::socket>(&stream_)) {
+    if (!local->is_open()) return std::nullopt;
+    const int fd = local->release(ec);
+    if (ec) return std::nullopt;
+    return NativeSocket{UniqueFd(fd), NativeSocket::Kind::kUnix};
+  }
+  return std::nullopt;
+}
+
+Result<Transport> Transport::adopt(const asio::any_io_executor& executor, NativeSocket socket) {
+  std::error_code ec;
+  if (socket.kind == NativeSocket::Kind::kUnix) {
+    unix_socket::socket local(executor);
+    local.assign(unix_socket(), socket.fd.get(), ec);
+    if (ec) return network_error("could not take the socket back", ec);
+    socket.fd.release();
+    return Transport(std::move(local));
+  }
+  tcp::socket tcp_stream(executor);
+  tcp_stream.assign(socket.kind == NativeSocket::Kind::kTcpV6 ? tcp::v6() : tcp::v4(),
+                    socket.fd.get(), ec);
+  if (ec) return network_error("could not take the socket back", ec);
+  socket.fd.release();
+  return Transport(std::move(tcp_stream));
+}
+
 asio::any_io_executor Transport::executor() {
   return std::visit(
       [](auto& stream) -> asio::any_io_executor {

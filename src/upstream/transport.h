@@ -13,6 +13,7 @@
 
 #include "base/bytes.h"
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace pgrelay::upstream {
 
@@ -20,6 +21,13 @@ using tcp = asio::ip::tcp;
 using unix_socket = asio::local::stream_protocol;
 template <typename T>
 using awaitable = asio::awaitable<T>;
+
+// A plain socket taken out of its Transport (Transport::release_socket), for a loop of its own.
+struct NativeSocket {
+  enum class Kind { kTcpV4, kTcpV6, kUnix };
+  UniqueFd fd;
+  Kind kind = Kind::kTcpV4;
+};
 // Completion token for coroutines that want error codes as values, not exceptions.
 inline constexpr auto kAsTuple = asio::experimental::as_tuple(asio::use_awaitable);
 
@@ -46,6 +54,12 @@ class Transport {
   std::optional<Bytes> channel_binding(bool server_side) const;
 
   void close();
+  // Gives up the socket itself, with its descriptor still open, for a loop that reads and writes
+  // it directly (server/relay_loop.h); the Transport is closed after. Nullopt over TLS, whose
+  // state lives in this process's OpenSSL objects, or on a closed connection.
+  std::optional<NativeSocket> release_socket();
+  // A Transport over a socket given back by such a loop, run by `executor`.
+  static Result<Transport> adopt(const asio::any_io_executor& executor, NativeSocket socket);
   asio::any_io_executor executor();
   // The peer's address (IP, or "local" for a Unix socket), for authentication rules and logs.
   std::optional<asio::ip::address> peer_address() const;

@@ -3,14 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "log/change_log.h"
 #include "log/slots.h"
 #include "pg_server.h"
+#include "server/relay_loop.h"
 #include "server/replication_hubs.h"
 #include "server/server.h"
 #include "server/tls_setup.h"
@@ -50,6 +53,14 @@ struct RelayOptions {
   bool tls = false;
   bool replication = false;  // a log, slots and a DirectCaptureLink in a temp dir
   std::string client_password = "relay-secret";
+  // Plain-socket pass-through sessions run on a RelayLoop, as in `pgrelay serve`. The
+  // environment can turn it off (PGRELAY_TEST_RELAY_LOOP=off) to test the io thread's path.
+  bool relay_loop = relay_loop_by_default();
+
+  static bool relay_loop_by_default() {
+    const char* setting = std::getenv("PGRELAY_TEST_RELAY_LOOP");
+    return !(setting && std::string_view(setting) == "off");
+  }
 };
 
 // Upstream role `app` (password "app-pw", SCRAM over TCP), pgrelay user `app` with
@@ -106,6 +117,11 @@ class RelayHarness {
       tls_ = std::move(*tls);
       context_.server_tls = tls_.get();
     }
+    if (options.relay_loop) {
+      auto started = relay_loop_.start();
+      if (!started.ok()) throw PgError(started.error().message);
+      context_.relay_loop = &relay_loop_;
+    }
     server_ = std::make_unique<server::Server>(io_, context_);
     auto bound = server_->listen("127.0.0.1", 0);
     if (!bound.ok()) throw PgError(bound.error().message);
@@ -114,6 +130,7 @@ class RelayHarness {
     thread_ = std::thread([this] { io_.run(); });
   }
   ~RelayHarness() {
+    relay_loop_.stop();  // its sessions go back to the io thread, which ends them below
     asio::post(io_, [this] {
       server_->stop();
       io_.stop();
@@ -139,6 +156,7 @@ class RelayHarness {
     asio::post(io_, [&] {
       server_->stop_accepting();
       context_.shutdown.trigger();
+      relay_loop_.recall_all();
       done.set_value();
     });
     done.get_future().get();
@@ -159,6 +177,7 @@ class RelayHarness {
     static int seq = 0;
     return seq;
   }
+  server::RelayLoop relay_loop_;
   server::ServerContext context_;
   std::unique_ptr<log::ChangeLog> log_;
   std::unique_ptr<log::SlotRegistry> slots_;
