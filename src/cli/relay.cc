@@ -437,7 +437,7 @@ void Relay::shut_down() {
   server_->stop_accepting();
   hubs_->walsenders().stop_all();
   context_.shutdown.trigger();
-  relay_loop_.recall_all();  // its sessions finish their reply in flight on the loop above
+  relay_loop_.recall_all();  // its sessions go back to their coroutines, which end them
   shutdown_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   wait_for_sessions();
 }

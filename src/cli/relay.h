@@ -118,8 +118,8 @@ class Relay {
   std::unique_ptr<asio::ssl::context> server_tls_;
   std::unique_ptr<asio::ssl::context> upstream_tls_;
   server::SqlRewriter rewriter_;
-  // Plain-socket pass-through sessions, once logged in. Stopped once the loop has stopped (what
-  // it still holds goes back to the loop's sessions), destroyed before the loop.
+  // Plain-socket pass-through sessions, once logged in. Stopped after io_ has stopped: what it
+  // still holds goes back to the session coroutines, which io_ then drops. Destroyed before io_.
   server::RelayLoop relay_loop_;
   server::ServerContext context_;
   std::unique_ptr<server::Server> server_;
