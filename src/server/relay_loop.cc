@@ -1,5 +1,4 @@
-// Runs plain-socket pass-through sessions on one epoll thread, reading a socket only when it has
-// data.
+// Relays plain-socket pass-through sessions on one epoll thread; reads only after data came.
 #include "server/relay_loop.h"
 
 #include <sys/epoll.h>

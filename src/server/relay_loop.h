@@ -1,5 +1,4 @@
-// Runs plain-socket pass-through sessions on one epoll thread, reading a socket only when it has
-// data.
+// Relays plain-socket pass-through sessions on one epoll thread; reads only after data came.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
