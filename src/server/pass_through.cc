@@ -31,10 +31,6 @@ namespace {
 
 using namespace asio::experimental::awaitable_operators;
 
-constexpr std::size_t kBatchBytes = 64 * 1024;
-constexpr std::size_t kCopyBufferBytes = 64 * 1024;
-static_assert(kCopyBufferBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
-
 // The asio path's state of one session: the protocol's, and the shutdown handshake's.
 struct SessionState {
   RelayState protocol;
@@ -157,7 +153,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
       append_client_frame(frame, rewrite, source, batch);
       state.protocol.count_client_frame(frame.tag);
       terminate = frame.tag == 'X';
-      if (batch.size() >= kBatchBytes) break;
+      if (batch.size() >= kClientBatchBytes) break;
       auto more = client.reader().next_view();
       next = more.ok() ? *more : std::nullopt;
     }
@@ -255,7 +251,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   SessionState state;
   Bytes buffer = link->stream.reader().take_buffered();
   std::size_t kept = buffer.size();
-  buffer.resize(std::max(kCopyBufferBytes, kept + kCopyBufferBytes / 2));
+  buffer.resize(upstream_buffer_bytes(kept));
   asio::steady_timer wake(co_await asio::this_coro::executor,
                           asio::steady_timer::time_point::max());
   auto token = context.shutdown.subscribe([&] {

@@ -18,9 +18,6 @@ namespace pgrelay::server {
 namespace {
 
 constexpr std::size_t kReadBytes = 64 * 1024;
-constexpr std::size_t kBatchBytes = 64 * 1024;
-constexpr std::size_t kUpstreamBufferBytes = 64 * 1024;
-static_assert(kUpstreamBufferBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
 constexpr int kMaxEvents = 64;
 constexpr std::uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
 
@@ -224,8 +221,7 @@ void RelayLoop::adopt(std::shared_ptr<Ticket> ticket) {
   session.upstream.outbox = std::move(relayed.to_upstream);
   session.frames.feed(relayed.from_client);
   relayed.from_client.clear();
-  session.upstream_buffer.resize(
-      std::max(kUpstreamBufferBytes, relayed.from_upstream.size() + kUpstreamBufferBytes / 2));
+  session.upstream_buffer.resize(upstream_buffer_bytes(relayed.from_upstream.size()));
   std::copy(relayed.from_upstream.begin(), relayed.from_upstream.end(),
             session.upstream_buffer.begin());
   session.upstream_kept = relayed.from_upstream.size();
@@ -373,12 +369,21 @@ bool RelayLoop::read_client(Session& session) {
   return true;
 }
 
+bool RelayLoop::send_batch(Session& session) {
+  RelayedSession& relayed = session.relayed();
+  if (session.batch.empty()) return true;
+  if (relayed.to_upstream_bytes) relayed.to_upstream_bytes->inc(session.batch.size());
+  const bool open = send_or_keep(session, session.upstream, session.batch);
+  session.batch.clear();
+  return open;
+}
+
 bool RelayLoop::forward_client_frames(Session& session) {
   RelayedSession& relayed = session.relayed();
   bool moved = false;
   bool terminate = false;
   session.batch.clear();
-  while (session.batch.size() < kBatchBytes) {
+  while (session.batch.size() < kClientBatchBytes) {
     auto view = session.frames.next_view();
     if (!view.ok()) {
       relayed.client_error = view.error();
@@ -389,8 +394,7 @@ bool RelayLoop::forward_client_frames(Session& session) {
     ClientFrame frame(**view);
     if (relayed.watch_drops && !dropped_databases_in(frame).empty()) {
       // Its coroutine lets go of those databases, then sends the frame: it goes back unsent.
-      if (relayed.to_upstream_bytes) relayed.to_upstream_bytes->inc(session.batch.size());
-      if (!send_or_keep(session, session.upstream, session.batch)) return true;
+      if (!send_batch(session)) return true;
       Bytes rest = upstream::encode_frame(frame.tag, frame.body);
       Bytes buffered = session.frames.take_buffered();
       rest.insert(rest.end(), buffered.begin(), buffered.end());
@@ -406,11 +410,7 @@ bool RelayLoop::forward_client_frames(Session& session) {
       break;
     }
   }
-  if (!session.batch.empty()) {
-    if (relayed.to_upstream_bytes) relayed.to_upstream_bytes->inc(session.batch.size());
-    send_or_keep(session, session.upstream, session.batch);
-    session.batch.clear();
-  }
+  send_batch(session);
   if (terminate) {
     hang_up(session, session.client);
     moved = true;

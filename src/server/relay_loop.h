@@ -92,6 +92,8 @@ class RelayLoop {
   std::size_t receive(Session& session, Endpoint& from, std::uint8_t* into, std::size_t space);
   bool read_client(Session& session);
   bool forward_client_frames(Session& session);
+  // Counts and sends the client frames batched so far; false if the upstream is gone.
+  bool send_batch(Session& session);
   bool read_upstream(Session& session);
   void hang_up(Session& session, Endpoint& side);
   void give_back(Session& session, bool ended);

@@ -1,6 +1,8 @@
 // What a pass-through session reads of the frames it relays: replies owed, catalog rewrites, drops.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,6 +15,17 @@
 #include "wire/frontend_messages.h"
 
 namespace pgrelay::server {
+
+// Client frames go upstream in batches of up to about this many bytes.
+inline constexpr std::size_t kClientBatchBytes = 64 * 1024;
+
+// The buffer upstream bytes are read into, given `held` bytes the filter kept from the last read
+// at its front: room for a whole held notice and more after it.
+inline std::size_t upstream_buffer_bytes(std::size_t held) {
+  constexpr std::size_t kBytes = 64 * 1024;
+  static_assert(kBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
+  return std::max(kBytes, held + kBytes / 2);
+}
 
 // The protocol state of one session's two directions, whichever loop moves its bytes.
 struct RelayState {

@@ -128,7 +128,6 @@ class LoopSession {
   }
 
   RelayLoop& loop() { return loop_; }
-  RelayedSession& session() { return session_; }  // before start()
   int client() const { return client_; }
   int upstream() const { return upstream_; }
 
