@@ -470,12 +470,22 @@ Status ChangeLog::roll_segment() {
 }
 
 Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch) {
-  std::uint64_t batch_start = seg.size;
+  const std::uint64_t start = seg.size;
+  BatchWrite written = write_records(seg, batch);
+  if (written.unrecoverable) failed_ = *written.unrecoverable;
+  PGRELAY_TRY(written.status);
+  note_written_locked(seg, batch, start, written.bytes);
+  return {};
+}
+
+ChangeLog::BatchWrite ChangeLog::write_records(const ActiveSegment& seg,
+                                               std::span<const PendingEntry> batch) const {
+  const std::uint64_t batch_start = seg.size;
+  BatchWrite result;
   ByteWriter buf;
-  std::uint64_t flushed = 0;
   auto flush = [&]() -> Status {
     Status st = write_all(seg.file.get(), buf.bytes(), seg.path);
-    flushed += buf.size();
+    result.bytes += buf.size();
     buf = ByteWriter();
     return st;
   };
@@ -533,11 +543,17 @@ Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const Pending
     // (for example once disk space is freed) and never holds a half batch.
     if (::ftruncate(seg.file.get(), static_cast<off_t>(batch_start)) != 0 ||
         ::lseek(seg.file.get(), static_cast<off_t>(batch_start), SEEK_SET) < 0) {
-      failed_ = io_error("truncate a failed write of", seg.path, errno);
+      result.unrecoverable = io_error("truncate a failed write of", seg.path, errno);
     }
-    return status;
+    result.status = status;
+    result.bytes = 0;
   }
-  seg.size = batch_start + flushed;
+  return result;
+}
+
+void ChangeLog::note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
+                                    std::uint64_t batch_start, std::uint64_t bytes) {
+  seg.size = batch_start + bytes;
   bool indexed = false;
   for (const auto& e : batch) {
     if (e.meta.kind == EntryKind::kCheckpoint) continue;
@@ -545,8 +561,7 @@ Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const Pending
     indexed = true;
   }
   seg.info.bytes = seg.size;
-  counters_.bytes_appended += flushed;
-  return {};
+  counters_.bytes_appended += bytes;
 }
 
 Status ChangeLog::note_marks_locked(std::span<const PendingEntry> batch) {
@@ -772,8 +787,9 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
   if (batch.empty()) return {};
   if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
+  std::unique_lock appending(append_mu_);
   std::unique_lock lock(mu_);
-  PGRELAY_TRY(append_locked(batch, lock));
+  PGRELAY_TRY(append_locked(batch, lock, appending));
   lock.unlock();
   notify_listeners();
   return {};
@@ -783,6 +799,7 @@ Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor
   if (batch.empty()) return floor;
   if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
+  std::unique_lock appending(append_mu_);
   std::unique_lock lock(mu_);
   Lsn base = std::max(floor, last_end_lsn_ + 1);
   for (auto& e : batch) {
@@ -790,7 +807,7 @@ Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor
     e.meta.commit_lsn = base + e.meta.commit_lsn.value();
     e.meta.end_lsn = base + e.meta.end_lsn.value();
   }
-  PGRELAY_TRY(append_locked(batch, lock));
+  PGRELAY_TRY(append_locked(batch, lock, appending));
   lock.unlock();
   notify_listeners();
   return base;
@@ -800,8 +817,9 @@ Status ChangeLog::append_visible(std::span<const PendingEntry> batch) {
   if (batch.empty()) return {};
   if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
+  std::unique_lock appending(append_mu_);
   std::unique_lock lock(mu_);
-  PGRELAY_TRY(append_locked(batch, lock, /*wait_durable=*/false));
+  PGRELAY_TRY(append_locked(batch, lock, appending, /*wait_durable=*/false));
   lock.unlock();
   notify_listeners();
   return {};
@@ -843,7 +861,8 @@ void ChangeLog::note_durable_locked(Lsn end) {
 }
 
 Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
-                                std::unique_lock<std::mutex>& lock, bool wait_durable) {
+                                std::unique_lock<std::mutex>& lock,
+                                std::unique_lock<std::mutex>& appending, bool wait_durable) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
   PGRELAY_TRY(note_marks_locked(batch));
@@ -859,10 +878,23 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
       return rolled;
     }
   }
-  PGRELAY_TRY(write_batch_locked(*active_, batch));
+  // The write runs without mu_: readers (a walsender's event loop) and the sync thread go on
+  // meanwhile instead of waiting for it, or for a whole time slice when the writer is
+  // preempted. append_mu_, held throughout, keeps active_ and the file's end this appender's.
+  ActiveSegment& seg = *active_;
+  const std::uint64_t start = seg.size;
+  lock.unlock();
+  BatchWrite written = write_records(seg, batch);
+  lock.lock();
+  if (written.unrecoverable) failed_ = *written.unrecoverable;
+  PGRELAY_TRY(written.status);
+  note_written_locked(seg, batch, start, written.bytes);
   note_batch_locked(batch);
   written_ = Position{active_->seq, active_->size};
   Position mine = written_;
+  // Waiting for durability is not appending: later appenders write meanwhile and share the
+  // fdatasync.
+  appending.unlock();
   switch (options_.sync) {
     case SyncPolicy::kNone:
       publish_locked(mine, last_end_lsn_);

@@ -226,13 +226,27 @@ class ChangeLog {
   Status write_manifest_locked();
   struct AppenderGuard;
   Error read_only_error() const;
+  // `lock` holds mu_ and `appending` append_mu_ (released once the batch is written).
   // `wait_durable` false: publish at once and leave the fdatasync to the sync thread.
   Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock,
-                       bool wait_durable = true);
+                       std::unique_lock<std::mutex>& appending, bool wait_durable = true);
   // After an fdatasync that covered everything written: synced_ and durable_end_lsn_ catch up.
   void mark_synced_locked();
   // Writes the batch's records at the end of `seg` and notes them in its info and index.
   Status write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch);
+  // What write_records() did: on failure the file is cut back to where the batch began, and
+  // `unrecoverable` says why when even that failed (the log must then refuse appends).
+  struct BatchWrite {
+    Status status;
+    std::uint64_t bytes = 0;
+    std::optional<Error> unrecoverable;
+  };
+  // Writes the batch's records at the end of `seg`, touching no shared state: the caller holds
+  // append_mu_, not necessarily mu_.
+  BatchWrite write_records(const ActiveSegment& seg, std::span<const PendingEntry> batch) const;
+  // After write_records(): `seg` grows by `bytes` and notes the batch in its info and index.
+  void note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
+                           std::uint64_t batch_start, std::uint64_t bytes);
   // Before a batch is written: its marked entries go into the marks file.
   Status note_marks_locked(std::span<const PendingEntry> batch);
   // After a batch was appended: the log's newest LSNs, its checkpoint, its counters.
@@ -269,6 +283,10 @@ class ChangeLog {
   std::uint64_t system_id_ = 0;
   FileHandle dir_lock_;
 
+  // Appenders take append_mu_, then mu_. append_mu_ makes them one at a time from validation
+  // to the end of the write, which they do without mu_ (see append_locked); mu_ guards the
+  // state readers and the sync thread share, and is only ever held briefly, bar segment rolls.
+  std::mutex append_mu_;
   mutable std::mutex mu_;
   mutable std::condition_variable visible_cv_;
   std::condition_variable sync_cv_;    // wakes the sync thread

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -333,6 +336,94 @@ TEST(ChangeLog, AppendsFromDataSource) {
   auto data = cursor->read_data();
   ASSERT_TRUE(data.ok());
   EXPECT_EQ(as_chars(*data), payload_for(1, 2 * kMaxRecordPayload + 99));
+}
+
+// A source whose second read waits until the test lets it go: an append stuck in its write.
+class StalledSource : public DataSource {
+ public:
+  explicit StalledSource(std::string text) : text_(std::move(text)) {}
+  std::uint64_t size() const override { return text_.size(); }
+  Status read(std::uint64_t offset, std::span<std::uint8_t> out) const override {
+    std::unique_lock lock(mu_);
+    if (offset > 0) {
+      stalled_ = true;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(60), [&] { return released_; });
+    }
+    std::memcpy(out.data(), text_.data() + offset, out.size());
+    return {};
+  }
+  void wait_until_stalled() const {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return stalled_; });
+  }
+  void release() const {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::string text_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable bool stalled_ = false, released_ = false;
+};
+
+// The write of a batch holds only the appenders back: readers (a walsender's event loop on
+// its thread) still learn the log's state and read what is visible while it runs, and the
+// next appender goes after it, in order.
+TEST(ChangeLog, AWriteInProgressHoldsBackAppendersOnly) {
+  TempDir dir;
+  auto log = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
+  append_txns(*log, 1, 2);
+  const std::string big = payload_for(3, 2 * kMaxRecordPayload + 7);
+  StalledSource source(big);
+  std::thread first([&] {
+    PendingEntry e = txn(3, {});
+    e.source = &source;
+    EXPECT_TRUE(log->append_visible(std::span<const PendingEntry>(&e, 1)).ok());
+  });
+  source.wait_until_stalled();
+  std::atomic<bool> second_done{false};
+  std::thread second([&] {
+    append_txns(*log, 4, 4);
+    second_done = true;
+  });
+
+  // All of these take the log's state lock; none may wait for the stalled write.
+  std::atomic<bool> read{false};
+  std::unique_ptr<Cursor> cursor;
+  std::thread reader([&] {
+    EXPECT_EQ(log->last_end_lsn(), Lsn(2 * 100 + 51));
+    EXPECT_EQ(log->stats().entries_appended, 2u);
+    EXPECT_FALSE(log->segments().empty());
+    EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 2));
+    cursor = log->open_cursor(Lsn(0)).value();
+    read = true;
+  });
+  for (int i = 0; i < 3000 && !read.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(read.load()) << "a reader waited for the write in progress";
+  EXPECT_FALSE(second_done.load());  // it waits for the first append's write
+
+  source.release();
+  reader.join();
+  first.join();
+  second.join();
+  EXPECT_TRUE(second_done.load());
+  std::vector<std::uint32_t> xids;
+  while (true) {
+    auto meta = cursor->next_entry();
+    ASSERT_TRUE(meta.ok());
+    if (!*meta) break;
+    xids.push_back((*meta)->xid);
+    if ((*meta)->xid == 3) {
+      EXPECT_EQ(as_chars(cursor->read_data().value()), big);
+    }
+  }
+  EXPECT_EQ(xids, range(1, 4));
 }
 
 TEST(ChangeLog, AppendAssigningChoosesIncreasingLsnsAcrossReopen) {
