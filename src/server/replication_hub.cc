@@ -40,7 +40,7 @@ ReplicationHub::~ReplicationHub() {
 
 void ReplicationHub::wake_all() {
   ++wake_generation_;
-  for (auto* timer : watchers_) timer->cancel();
+  for (auto* signal : watchers_) signal->wake();
 }
 
 std::shared_ptr<asio::steady_timer> ReplicationHub::converting(std::uint64_t view_id,

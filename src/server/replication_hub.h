@@ -15,6 +15,7 @@
 #include "log/slots.h"
 #include "server/binary_values.h"
 #include "server/entry_encoder.h"
+#include "server/wake_signal.h"
 #include "server/walsender_registry.h"
 #include "upstream/libpq_pool.h"
 #include "upstream/upstream_config.h"
@@ -91,10 +92,10 @@ class ReplicationHub {
   void begin_converting(std::uint64_t view_id, Lsn end_lsn);
   void end_converting(std::uint64_t view_id, Lsn end_lsn);
 
-  // Walsenders wait on their own timer; the hub cancels every registered timer when the log
-  // grows, which wakes them. Call from the executor's thread.
-  void watch(asio::steady_timer* timer) { watchers_.insert(timer); }
-  void unwatch(asio::steady_timer* timer) { watchers_.erase(timer); }
+  // Walsenders sleep on their own WakeSignal; the hub wakes every registered one when the log
+  // grows. Call from the executor's thread.
+  void watch(WakeSignal* signal) { watchers_.insert(signal); }
+  void unwatch(WakeSignal* signal) { watchers_.erase(signal); }
   // How often the watchers were woken: a walsender that was busy when it happened (a cancel
   // finds no wait then) sees it changed before it sleeps.
   std::uint64_t wake_generation() const { return wake_generation_; }
@@ -126,7 +127,7 @@ class ReplicationHub {
   BinaryConverter binary_converter_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::shared_ptr<asio::steady_timer>>
       converting_;
-  std::set<asio::steady_timer*> watchers_;
+  std::set<WakeSignal*> watchers_;
   std::uint64_t wake_generation_ = 0;
   // Keeps log callbacks from touching a destroyed hub.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -2,8 +2,8 @@
 //
 // Two coroutines share the session: the sender below reads the log and writes frames; a reader
 // handles what the consumer sends (standby status, CopyDone). They meet in WalsenderState and
-// the sender's timer, which the reader, the log (through the hub) and pg_terminate_backend
-// cancel to wake it.
+// the sender's WakeSignal, which the reader, the log (through the hub) and pg_terminate_backend
+// use to wake it.
 #include "server/walsender.h"
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "server/entry_encoder.h"
 #include "server/entry_source.h"
 #include "server/in_progress_streamer.h"
+#include "server/wake_signal.h"
 #include "wire/backend_messages.h"
 #include "wire/replication_frames.h"
 
@@ -34,13 +35,13 @@ constexpr int kEntriesPerPass = 4096;
 
 struct WalsenderState {
   explicit WalsenderState(asio::any_io_executor executor) : wake(executor) {}
-  // Wakes the sender. A cancel finds no wait while the sender is busy (writing, say), so the
-  // count tells the sender, before it sleeps, that something happened since it last looked.
+  // Wakes the sender. The count tells the sender, before it sleeps, that something happened
+  // since it last looked (while it was busy writing, say).
   void wake_up() {
     ++wakes;
-    wake.cancel();
+    wake.wake();
   }
-  asio::steady_timer wake;
+  WakeSignal wake;
   std::uint64_t wakes = 0;
   bool copy_done = false;        // the consumer sent CopyDone
   bool reply_requested = false;  // the consumer asked for a keepalive
@@ -696,8 +697,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
         ended = StreamEnd::kShutdown;
         break;
       }
-      state->wake.expires_after(std::chrono::milliseconds(50));
-      co_await state->wake.async_wait(upstream::kAsTuple);
+      co_await state->wake.wait_until(Clock::now() + std::chrono::milliseconds(50));
       continue;
     }
     if (params.timeout.count() > 0 && now - state->last_reply >= params.timeout) {
@@ -712,8 +712,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
                         ? state->last_reply +
                               (last_ping < state->last_reply ? params.timeout / 2 : params.timeout)
                         : now + std::chrono::hours(1);
-    state->wake.expires_at(std::max(deadline, now + std::chrono::milliseconds(1)));
-    co_await state->wake.async_wait(upstream::kAsTuple);
+    co_await state->wake.wait_until(std::max(deadline, now + std::chrono::milliseconds(1)));
   }
   hub.unwatch(&state->wake);
   hub.remove_walsender(info.pid);
@@ -727,8 +726,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   // Ending for another reason: stop the reader before the session (and `client`) goes away.
   client.transport().close();
   while (!state->reader_finished) {
-    state->wake.expires_after(std::chrono::milliseconds(10));
-    co_await state->wake.async_wait(upstream::kAsTuple);
+    co_await state->wake.wait_until(Clock::now() + std::chrono::milliseconds(10));
   }
   if (ended == StreamEnd::kShutdown) co_return StreamEnd::kShutdown;
   if (state->reader_error && outcome.ok()) co_return *state->reader_error;
