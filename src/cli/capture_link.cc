@@ -60,8 +60,9 @@ std::string native_slot_name(std::uint64_t system_id) {
 Result<std::unique_ptr<NativeCaptureLink>> NativeCaptureLink::start(
     const upstream::UpstreamConfig& upstream, const std::string& schema,
     const std::string& data_dir, log::ChangeLog& log, log::InProgressTransactions& in_progress,
-    Logger* logger) {
+    Logger* logger, std::shared_ptr<capture::ReadingLoop> loop) {
   capture::NativeCaptureOptions options;
+  options.loop = std::move(loop);
   options.in_progress = &in_progress;
   options.logger = logger;
   options.conninfo = upstream.conninfo();

@@ -54,13 +54,15 @@ class TriggerCaptureLink final : public ServeCapture {
 class NativeCaptureLink final : public ServeCapture {
  public:
   // Mirrors the upstream's publications into pgrelay's own, creates the upstream slot named
-  // after the log's system id on first start, and streams it into `log`.
+  // after the log's system id on first start, and streams it into `log`, reading it on `loop`
+  // (the walsenders' event loop; null: on the capture's own thread).
   static Result<std::unique_ptr<NativeCaptureLink>> start(const upstream::UpstreamConfig& upstream,
                                                           const std::string& schema,
                                                           const std::string& data_dir,
                                                           log::ChangeLog& log,
                                                           log::InProgressTransactions& in_progress,
-                                                          Logger* logger);
+                                                          Logger* logger,
+                                                          std::shared_ptr<capture::ReadingLoop> loop);
 
   Result<server::ExportedSnapshot> export_snapshot() override;
   Result<wire::Lsn> sync() override;

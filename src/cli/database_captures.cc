@@ -47,7 +47,8 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
                                                     const upstream::UpstreamConfig& upstream,
                                                     const std::string& dir, log::ChangeLog& log,
                                                     log::InProgressTransactions& in_progress,
-                                                    Logger& logger) {
+                                                    Logger& logger,
+                                                    std::shared_ptr<capture::ReadingLoop> loop) {
   auto native = wants_native_capture(options, upstream, log, logger);
   if (!native.ok()) return native.error();
   if (*native) {
@@ -55,7 +56,8 @@ Result<std::unique_ptr<ServeCapture>> start_capture(const ServeOptions& options,
                                             {"upstream", upstream.describe()},
                                             {"database", upstream.dbname},
                                             {"slot", native_slot_name(log.system_id())}});
-    auto link = NativeCaptureLink::start(upstream, options.schema, dir, log, in_progress, &logger);
+    auto link = NativeCaptureLink::start(upstream, options.schema, dir, log, in_progress, &logger,
+                                         std::move(loop));
     if (!link.ok()) return link.error();
     const auto& setup = (*link)->setup_report();
     logger.info("native capture streaming",
@@ -230,8 +232,8 @@ Result<server::CapturedParts> DatabaseCaptures::start_capture_of(const std::stri
   }
   auto running = std::make_shared<Running>();
   running->log = std::move(*change_log);
-  auto capture =
-      start_capture(options_, upstream, dir, *running->log, running->in_progress, logger_);
+  auto capture = start_capture(options_, upstream, dir, *running->log, running->in_progress,
+                               logger_, reading_loop_);
   if (!capture.ok()) return capture.error();
   running->capture = std::move(*capture);
   const std::string relative =

@@ -14,6 +14,7 @@
 #include "base/hop_trace.h"
 #include "base/logger.h"
 #include "base/result.h"
+#include "upstream/asio_reading_loop.h"
 #include "cli/capture_link.h"
 #include "cli/catalog_worker.h"
 #include "cli/serve_command.h"
@@ -104,6 +105,9 @@ class DatabaseCaptures {
   const ServeOptions& options_;
   upstream::UpstreamConfig upstream_;
   asio::io_context& io_;
+  // Native capture reads its stream on io_, the walsenders' loop (asio_reading_loop.h).
+  std::shared_ptr<capture::ReadingLoop> reading_loop_ =
+      std::make_shared<upstream::AsioReadingLoop>(io_.get_executor());
   Logger& logger_;
   HopTrace* hop_trace_;
   server::ReplicationHubs* hubs_ = nullptr;

@@ -18,14 +18,15 @@ ReplicationHub::ReplicationHub(asio::any_io_executor executor, asio::thread_pool
       capture_(capture),
       upstream_(std::move(upstream)),
       in_progress_(in_progress) {
-  // The log calls this from the appending thread; hop to the executor before touching timers.
-  // One wake-up in the executor's queue serves every append before it runs: the flag is
-  // cleared before the walsenders are woken, and they read the log after that.
+  // The log calls this from the appending thread; hop to the executor before touching the
+  // walsenders (at once when the appender is the executor's own thread: native capture reads
+  // there). One wake-up in the executor's queue serves every append before it runs: the flag
+  // is cleared before the walsenders are woken, and they read the log after that.
   std::weak_ptr<bool> alive = alive_;
   auto queued = std::make_shared<std::atomic<bool>>(false);
   auto wake = [this, alive, queued, executor = executor_] {
     if (queued->exchange(true)) return;
-    asio::post(executor, [this, alive, queued] {
+    asio::dispatch(executor, [this, alive, queued] {
       queued->store(false);
       if (alive.lock()) wake_all();
     });

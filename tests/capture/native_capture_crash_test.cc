@@ -1,6 +1,7 @@
 // kill -9 of a native capture process during concurrent writes, restarted each time, as a role
 // with REPLICATION that owns the tables but is not superuser: nothing lost, nothing twice, and
-// the upstream slot never released past what the log holds.
+// the upstream slot never released past what the log holds. The processes alternate between
+// reading the stream on an event loop and on the capture thread.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -258,7 +259,11 @@ TEST(NativeCaptureCrashTest, KilledAndRestartedCaptureLosesAndDuplicatesNothing)
           break;
         }
       }
-      const pid_t pid = spawn_helper(args, out, err);
+      // Half the processes read the stream on an event loop, as `pgrelay serve` does, half on
+      // the capture thread.
+      std::vector<std::string> helper_args = args;
+      helper_args.push_back(kills % 2 == 0 ? "loop" : "thread");
+      const pid_t pid = spawn_helper(helper_args, out, err);
       if (pid <= 0) {
         ADD_FAILURE() << "fork failed";
         break;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "log/change_log.h"
 #include "log/transaction.h"
 #include "pg_server.h"
+#include "upstream/asio_reading_loop.h"
 
 namespace pgrelay::capture {
 namespace {
@@ -282,6 +284,104 @@ TEST(NativeCaptureTest, ReconnectsAfterTheWalsenderIsTerminated) {
   auto synced = (*capture)->sync();
   ASSERT_TRUE(synced.ok()) << synced.error().to_string();
   EXPECT_GE((*capture)->stats().reconnects, 1u);
+  const auto inserts = logged_inserts(log.log());
+  ASSERT_EQ(inserts.size(), 2u);
+  EXPECT_EQ(inserts[1].second, "2");
+}
+
+// An event loop on a thread of its own, as `pgrelay serve` runs the walsenders' io_context.
+class LoopThread {
+ public:
+  LoopThread() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  ~LoopThread() { stop(); }
+  std::shared_ptr<ReadingLoop> reading_loop() {
+    return std::make_shared<upstream::AsioReadingLoop>(io_.get_executor());
+  }
+  std::thread::id id() const { return thread_.get_id(); }
+  // The loop no longer runs: nothing it was asked to do happens any more.
+  void stop() {
+    work_.reset();
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+// Read on an event loop, the stream is appended on the loop's thread (one wake-up per batch
+// for pgrelay), survives the walsender's end (the capture thread reconnects and hands the new
+// stream over), keeps transactions larger than one turn's share whole and in order, and
+// stops at once.
+TEST(NativeCaptureTest, ReadsOnAnEventLoopAcrossReconnects) {
+  test::PgServer server;
+  server.exec("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION p FOR TABLE t");
+  TempLog log;
+  LoopThread loop;
+  auto options = options_for(server, log);
+  options.reconnect_min = 10ms;
+  options.loop = loop.reading_loop();
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  // (start() appended the log's first checkpoint on this thread.)
+  std::atomic<int> appended_on_loop{0}, appended_elsewhere{0};
+  log.log().on_visible([&] {
+    ++(std::this_thread::get_id() == loop.id() ? appended_on_loop : appended_elsewhere);
+  });
+  for (int i = 1; i <= 20; ++i) server.exec("INSERT INTO t VALUES (" + std::to_string(i) + ")");
+  ASSERT_TRUE((*capture)->sync().ok());
+  EXPECT_GT(appended_on_loop.load(), 0);
+  EXPECT_EQ(appended_elsewhere.load(), 0);
+
+  server.exec(
+      "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+      "WHERE slot_name = 'native_test'");
+  // More frames than one turn takes (each row is a frame), in one transaction and in many.
+  server.exec("INSERT INTO t SELECT g, 'x' FROM generate_series(21, 3020) g");
+  for (int i = 3021; i <= 3040; ++i) {
+    server.exec("INSERT INTO t VALUES (" + std::to_string(i) + ")");
+  }
+  auto synced = (*capture)->sync();
+  ASSERT_TRUE(synced.ok()) << synced.error().to_string();
+  EXPECT_GE((*capture)->stats().reconnects, 1u);
+  EXPECT_EQ(appended_elsewhere.load(), 0);
+  const auto inserts = logged_inserts(log.log());
+  ASSERT_EQ(inserts.size(), 3040u);
+  for (std::size_t i = 0; i < inserts.size(); ++i) {
+    EXPECT_EQ(inserts[i].second, std::to_string(i + 1));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  (*capture)->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+}
+
+// The loop stopped first (as `pgrelay serve`'s does before its captures go): stop() takes the
+// stream back without it and ends the connection, though the stopped loop still holds its
+// duplicate of the socket, so a restarted capture (here on its own thread) gets the slot and
+// resumes where the log ends, losing nothing.
+TEST(NativeCaptureTest, StopsWhenTheLoopNoLongerRuns) {
+  test::PgServer server;
+  server.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  TempLog log;
+  auto options = options_for(server, log);
+  LoopThread loop;
+  {
+    options.loop = loop.reading_loop();
+    auto capture = NativeCapture::start(options, log.log());
+    ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+    server.exec("INSERT INTO t VALUES (1)");
+    ASSERT_TRUE((*capture)->sync().ok());
+    loop.stop();
+    server.exec("INSERT INTO t VALUES (2)");
+    auto stopped = std::async(std::launch::async, [&] { (*capture)->stop(); });
+    ASSERT_EQ(stopped.wait_for(20s), std::future_status::ready) << "stop() waits for the loop";
+  }
+  options.loop = nullptr;
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  ASSERT_TRUE((*capture)->sync().ok());
   const auto inserts = logged_inserts(log.log());
   ASSERT_EQ(inserts.size(), 2u);
   EXPECT_EQ(inserts[1].second, "2");

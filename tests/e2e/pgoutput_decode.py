@@ -282,7 +282,7 @@ class Session:
             return
         if tag == "M" and not msg["transactional"]:
             self.transactions.append({"changes": [("M", msg["prefix"], msg["content"])],
-                                      "non_transactional": True})
+                                      "non_transactional": True, "lsn": msg["lsn"]})
             return
         if self.current is None:
             self.errors.append("%s message outside a transaction" % tag)

@@ -190,7 +190,7 @@ void NativeCapture::run() {
         continue;
       }
     }
-    auto st = pump();
+    auto st = options_.loop != nullptr ? read_on_loop() : pump();
     if (stopping_) break;
     if (st.ok()) {
       backoff = options_.reconnect_min;
@@ -229,47 +229,125 @@ void NativeCapture::run_mirror() {
   }
 }
 
+// With nothing pending the socket is waited on this long at a time, so that progress is
+// reported and the read position noted while the upstream is quiet.
+constexpr auto kQuietTick = std::chrono::milliseconds(100);
+// Frames one turn on the loop takes in before the loop's other work (walsenders) goes on.
+constexpr int kFramesPerTurn = 1024;
+
 Status NativeCapture::pump() {
   while (!stopping_) {
     const bool waiting = pending_.empty() && !pending_barrier_.is_valid();
-    auto frame =
-        stream_->read(waiting ? std::chrono::milliseconds(100) : std::chrono::milliseconds(0));
+    auto frame = stream_->read(waiting ? kQuietTick : std::chrono::milliseconds(0));
     if (!frame.ok()) return frame.error();
     if (std::holds_alternative<NoFrame>(*frame)) {
-      // Nothing more on the socket: append what completed, as one batch.
-      if (!waiting) PGRELAY_TRY(flush_pending());
-      PGRELAY_TRY(maybe_report_progress());
-      maybe_note_read_through();
+      PGRELAY_TRY(on_quiet());
       continue;
     }
-    if (auto* data = std::get_if<wire::XLogData>(&*frame)) {
-      PGRELAY_TRY(handle(*data));
-      if (pending_bytes_ >= options_.batch_bytes) PGRELAY_TRY(flush_pending());
-      continue;
-    }
-    const auto& keepalive = std::get<wire::PrimaryKeepalive>(*frame);
-    // Outside a transaction the walsender has sent every commit before its position: once what
-    // is pending is durable, the slot may move there (past WAL no publication needs).
-    bool advanced = false;
-    if (!builder_->in_transaction() && keepalive.wal_end > stream_position_) {
-      stream_position_ = keepalive.wal_end;
-      advanced = true;
-    }
-    // An idle walsender sends a keepalive when the slot lags what it has decoded; answering at
-    // once lets the slot (and the upstream's WAL retention) follow without waiting for
-    // status_interval.
-    if (keepalive.reply_requested || (advanced && pending_.empty())) {
-      PGRELAY_TRY(flush_pending());
-      PGRELAY_TRY(report_progress());
-    }
-    if (advanced) maybe_note_read_through();
+    PGRELAY_TRY(take(*frame));
   }
+  return {};
+}
+
+Status NativeCapture::read_on_loop() {
+  {
+    std::lock_guard lock(mu_);
+    loop_done_ = false;
+    loop_status_ = {};
+  }
+  {
+    std::lock_guard gate(gate_->mu);
+    gate_->owner = this;
+  }
+  Status watching = options_.loop->watch(stream_->socket(), kQuietTick, [gate = gate_] {
+    std::lock_guard lock(gate->mu);
+    if (gate->owner == nullptr) return ReadingLoop::Next::kStop;
+    return gate->owner->loop_turn();
+  });
+  if (watching.ok()) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return loop_done_ || stopping_.load(); });
+  }
+  // Take the stream back: a turn in progress ends first, and later ones touch nothing.
+  {
+    std::lock_guard gate(gate_->mu);
+    gate_->owner = nullptr;
+  }
+  if (!watching.ok()) return watching;
+  // It goes now (an error, or stop()): the loop's duplicate of the socket would keep the
+  // connection, and the upstream walsender holding the slot, until the loop's next turn.
+  stream_->shut_down();
+  std::lock_guard lock(mu_);
+  return loop_status_;
+}
+
+ReadingLoop::Next NativeCapture::loop_turn() {
+  bool more = false;
+  Status status = stopping_ ? Status{} : take_in_available(&more);
+  if (status.ok() && !stopping_) return more ? ReadingLoop::Next::kAgain : ReadingLoop::Next::kWait;
+  gate_->owner = nullptr;  // the caller holds the gate's mutex
+  {
+    std::lock_guard lock(mu_);
+    loop_done_ = true;
+    loop_status_ = std::move(status);
+  }
+  cv_.notify_all();
+  return ReadingLoop::Next::kStop;
+}
+
+Status NativeCapture::take_in_available(bool* more) {
+  // One read per turn: the loop's wait for readiness that follows reports at once what is
+  // still unread (a wait on a ready descriptor completes), so reading on until the socket says
+  // "empty" would only cost a failing read per turn.
+  PGRELAY_TRY(stream_->take_in());
+  for (int frames = 0;;) {
+    auto frame = stream_->read(std::chrono::milliseconds(0));
+    if (!frame.ok()) return frame.error();
+    if (std::holds_alternative<NoFrame>(*frame)) break;
+    PGRELAY_TRY(take(*frame));
+    if (++frames == kFramesPerTurn) {
+      *more = true;  // what libpq holds already: no readiness would tell of it
+      return {};
+    }
+  }
+  return on_quiet();
+}
+
+Status NativeCapture::on_quiet() {
+  if (!pending_.empty() || pending_barrier_.is_valid()) PGRELAY_TRY(flush_pending());
+  PGRELAY_TRY(maybe_report_progress());
+  maybe_note_read_through();
+  return {};
+}
+
+Status NativeCapture::take(const StreamFrame& frame) {
+  if (const auto* data = std::get_if<wire::XLogData>(&frame)) {
+    PGRELAY_TRY(handle(*data));
+    if (pending_bytes_ >= options_.batch_bytes) PGRELAY_TRY(flush_pending());
+    return {};
+  }
+  const auto& keepalive = std::get<wire::PrimaryKeepalive>(frame);
+  // Outside a transaction the walsender has sent every commit before its position: once what
+  // is pending is durable, the slot may move there (past WAL no publication needs).
+  bool advanced = false;
+  if (!builder_->in_transaction() && keepalive.wal_end > stream_position_) {
+    stream_position_ = keepalive.wal_end;
+    advanced = true;
+  }
+  // An idle walsender sends a keepalive when the slot lags what it has decoded; answering at
+  // once lets the slot (and the upstream's WAL retention) follow without waiting for
+  // status_interval.
+  if (keepalive.reply_requested || (advanced && pending_.empty())) {
+    PGRELAY_TRY(flush_pending());
+    PGRELAY_TRY(report_progress());
+  }
+  if (advanced) maybe_note_read_through();
   return {};
 }
 
 // Walsenders report the position in keepalives, as Postgres's report the WAL they decoded
 // (pg_recvlogical --endpos waits for one): each note wakes every walsender of the database, so
-// at most one per kReadThroughEvery; the quiet socket's timeout (100 ms) gives the last one.
+// at most one per kReadThroughEvery; the quiet tick (kQuietTick) gives the last one.
 constexpr auto kReadThroughEvery = std::chrono::milliseconds(100);
 
 void NativeCapture::maybe_note_read_through() {

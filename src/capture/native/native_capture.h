@@ -50,6 +50,7 @@
 #include "base/logger.h"
 #include "base/result.h"
 #include "capture/native/native_setup.h"
+#include "capture/native/reading_loop.h"
 #include "capture/native/replication_stream.h"
 #include "capture/trigger/capture_service.h"
 #include "capture/trigger/pg_session.h"
@@ -85,6 +86,10 @@ struct NativeCaptureOptions {
   std::chrono::milliseconds sync_timeout{60000};
   // Where errors the capture retries are reported (each new one once); may be null.
   Logger* logger = nullptr;
+  // Where the stream is read once connected: this loop (the walsenders' own, reading_loop.h),
+  // or, when null, the capture thread. Connecting, reconnecting and stopping stay on the
+  // capture thread either way; stop() does not need the loop to run.
+  std::shared_ptr<ReadingLoop> loop;
 };
 
 // The prefix of sync()'s barrier messages; the capture consumes them, the log never holds one.
@@ -126,6 +131,16 @@ class NativeCapture {
   void run_mirror();
   // Reads and handles frames until an error (or stop()).
   Status pump();
+  // Hands the stream to options_.loop until a turn fails (its error) or stop().
+  Status read_on_loop();
+  // One turn on the loop's thread (the gate's mutex held).
+  ReadingLoop::Next loop_turn();
+  // Takes in what the socket holds, up to a turn's share; *more when it stopped short.
+  Status take_in_available(bool* more);
+  // A frame read: its data handled, or a keepalive answered.
+  Status take(const StreamFrame& frame);
+  // Nothing more waits on the socket: append what completed, report, note the read position.
+  Status on_quiet();
   Status handle(const wire::XLogData& data);
   // The log's hop trace, if any, learns when the upstream sent the commit ending at `end` and
   // when it arrived.
@@ -193,6 +208,17 @@ class NativeCapture {
   std::chrono::steady_clock::time_point last_status_{};
   std::chrono::steady_clock::time_point last_read_through_{};
   bool connected_before_ = false;
+
+  // How the stream passes between the capture thread and the loop's turns: a turn holds the
+  // mutex throughout and touches capture thread state only while `owner` is set. The capture
+  // thread clears it to take the stream back; turns queued after that find it cleared.
+  struct LoopGate {
+    std::mutex mu;
+    NativeCapture* owner = nullptr;
+  };
+  std::shared_ptr<LoopGate> gate_ = std::make_shared<LoopGate>();
+  bool loop_done_ = false;  // (mu_) a turn gave the stream back, for loop_status_
+  Status loop_status_;      // (mu_)
 
   std::thread thread_;
   std::thread mirror_thread_;

@@ -2,6 +2,7 @@
 #include "capture/native/replication_stream.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 
@@ -69,6 +70,20 @@ Result<StreamFrame> ReplicationStream::read(std::chrono::milliseconds timeout) {
     if (ready == 0) return StreamFrame{NoFrame{}};
     if (PQconsumeInput(conn) == 0) return lost("upstream replication connection lost");
   }
+}
+
+Status ReplicationStream::take_in() {
+  if (PQconsumeInput(session_->raw()) == 0) return lost("upstream replication connection lost");
+  return {};
+}
+
+int ReplicationStream::socket() const {
+  return PQsocket(session_->raw());
+}
+
+void ReplicationStream::shut_down() {
+  const int fd = socket();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
 Status ReplicationStream::send_status(wire::Lsn written, wire::Lsn flushed) {

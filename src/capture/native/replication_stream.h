@@ -30,6 +30,13 @@ class ReplicationStream {
 
   // The next frame, waiting at most `timeout` for one (zero: only what already arrived).
   Result<StreamFrame> read(std::chrono::milliseconds timeout);
+  // Takes in what the socket holds now, without waiting (for a caller that watches socket()).
+  Status take_in();
+  int socket() const;
+  // Ends the connection for every descriptor of its socket (an event loop may hold a
+  // duplicate), so that the upstream's walsender lets the slot go now; the session is unusable
+  // after.
+  void shut_down();
   // Sends a standby status update (apply = flushed).
   Status send_status(wire::Lsn written, wire::Lsn flushed);
 
