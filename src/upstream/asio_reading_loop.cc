@@ -19,9 +19,15 @@ using Next = capture::ReadingLoop::Next;
 // each holds the watch, which closes its descriptor when the last of them is gone.
 class Watch : public std::enable_shared_from_this<Watch> {
  public:
+  // Takes `fd`. Should the reactor refuse it (epoll_ctl: out of memory or watches), the
+  // descriptor is closed and turns come at the tick only: slower, never lost.
   Watch(asio::any_io_executor executor, int fd, std::chrono::milliseconds tick,
         std::function<Next()> turn)
-      : socket_(executor, fd), timer_(executor), tick_(tick), turn_(std::move(turn)) {}
+      : socket_(executor), timer_(executor), tick_(tick), turn_(std::move(turn)) {
+    asio::error_code error;
+    socket_.assign(fd, error);
+    if (error) ::close(fd);
+  }
 
   void start() {
     arm_tick();
@@ -50,7 +56,7 @@ class Watch : public std::enable_shared_from_this<Watch> {
   }
 
   void wait_readable() {
-    if (waiting_ || stopped_) return;
+    if (waiting_ || stopped_ || !socket_.is_open()) return;
     waiting_ = true;
     socket_.async_wait(asio::posix::descriptor_base::wait_read,
                        [self = shared_from_this()](const asio::error_code& error) {
