@@ -25,6 +25,8 @@ struct CaptureFigures {
 class ServeCapture : public server::CaptureLink {
  public:
   virtual CaptureFigures figures() const = 0;
+  // The io_context no longer runs: a capture that read on it reads on its own thread.
+  virtual void leave_loop() {}
   // "trigger" or "native".
   virtual const char* mode() const = 0;
 };
@@ -68,6 +70,7 @@ class NativeCaptureLink final : public ServeCapture {
   Result<wire::Lsn> sync() override;
   CaptureFigures figures() const override;
   const char* mode() const override { return "native"; }
+  void leave_loop() override { capture_->leave_loop(); }
 
   const capture::NativeSetupReport& setup_report() const { return capture_->setup_report(); }
 

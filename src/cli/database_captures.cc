@@ -161,6 +161,19 @@ void DatabaseCaptures::stop_workers() {
   workers.clear();
 }
 
+void DatabaseCaptures::leave_loop() {
+  std::vector<std::shared_ptr<Running>> running;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, weak] : running_) {
+      if (auto strong = weak.lock()) running.push_back(std::move(strong));
+    }
+  }
+  for (const auto& r : running) {
+    if (r->capture) r->capture->leave_loop();
+  }
+}
+
 Status DatabaseCaptures::write_index(const std::vector<CapturedDatabaseEntry>& entries) {
   nlohmann::json index = {{"databases", nlohmann::json::array()}};
   for (const auto& entry : entries) {

@@ -90,6 +90,10 @@ class DatabaseCaptures {
   std::vector<DatabaseFigures> figures() const;
   // Stops the catalog workers (before the hubs they read go).
   void stop_workers();
+  // io_ no longer runs: native captures read their streams on their own threads again, so that
+  // blocking work still waiting on them (a slot's sync, a snapshot export) can finish. Any
+  // thread.
+  void leave_loop();
 
  private:
   struct Running {

@@ -585,6 +585,7 @@ Status Relay::start_admin() {
 
 int Relay::run() {
   io_.run();
+  if (captures_) captures_->leave_loop();
   relay_loop_.stop();
   blocking_.join();
   io_.drop_pending_work();

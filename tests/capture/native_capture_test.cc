@@ -387,6 +387,36 @@ TEST(NativeCaptureTest, StopsWhenTheLoopNoLongerRuns) {
   EXPECT_EQ(inserts[1].second, "2");
 }
 
+// A sync() that waits on a stopped loop (a slot being created while `pgrelay serve` drains its
+// blocking work at shutdown) finishes once the capture leaves the loop: its own thread reads
+// the stream on from where the loop stopped, the same connection, nothing lost.
+TEST(NativeCaptureTest, LeavesAStoppedLoopAndReadsOnItsOwnThread) {
+  test::PgServer server;
+  server.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  TempLog log;
+  LoopThread loop;
+  auto options = options_for(server, log);
+  options.loop = loop.reading_loop();
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  server.exec("INSERT INTO t VALUES (1)");
+  ASSERT_TRUE((*capture)->sync().ok());
+  loop.stop();
+  server.exec("INSERT INTO t VALUES (2)");
+  auto synced = std::async(std::launch::async, [&] { return (*capture)->sync(); });
+  EXPECT_EQ(synced.wait_for(500ms), std::future_status::timeout) << "nobody reads the stream";
+  (*capture)->leave_loop();
+  ASSERT_EQ(synced.wait_for(20s), std::future_status::ready);
+  auto result = synced.get();
+  ASSERT_TRUE(result.ok()) << result.error().to_string();
+  EXPECT_EQ((*capture)->stats().reconnects, 0u);
+  server.exec("INSERT INTO t VALUES (3)");
+  ASSERT_TRUE((*capture)->sync().ok());
+  const auto inserts = logged_inserts(log.log());
+  ASSERT_EQ(inserts.size(), 3u);
+  EXPECT_EQ(inserts[2].second, "3");
+}
+
 // Tables reach pgrelay's publications as other publications gain them, in the DDL's own
 // transaction (event trigger), and leave when no publication has them any more.
 TEST(NativeCaptureTest, PublicationsFollowTheOthers) {

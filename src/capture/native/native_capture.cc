@@ -87,6 +87,20 @@ Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions
   return capture;
 }
 
+void NativeCapture::leave_loop() {
+  {
+    std::lock_guard lock(mu_);
+    left_loop_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool NativeCapture::reads_on_loop() const {
+  if (options_.loop == nullptr) return false;
+  std::lock_guard lock(mu_);
+  return !left_loop_;
+}
+
 void NativeCapture::stop() {
   {
     std::lock_guard lock(mu_);
@@ -190,7 +204,7 @@ void NativeCapture::run() {
         continue;
       }
     }
-    auto st = options_.loop != nullptr ? read_on_loop() : pump();
+    auto st = reads_on_loop() ? read_on_loop() : pump();
     if (stopping_) break;
     if (st.ok()) {
       backoff = options_.reconnect_min;
@@ -266,7 +280,7 @@ Status NativeCapture::read_on_loop() {
   });
   if (watching.ok()) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return loop_done_ || stopping_.load(); });
+    cv_.wait(lock, [&] { return loop_done_ || left_loop_ || stopping_.load(); });
   }
   // Take the stream back: a turn in progress ends first, and later ones touch nothing.
   {
@@ -274,11 +288,17 @@ Status NativeCapture::read_on_loop() {
     gate_->owner = nullptr;
   }
   if (!watching.ok()) return watching;
+  Status status;
+  {
+    std::lock_guard lock(mu_);
+    // Left the loop, stream intact: this thread reads on (run() calls pump() next).
+    if (!loop_done_ && !stopping_) return {};
+    status = loop_status_;
+  }
   // It goes now (an error, or stop()): the loop's duplicate of the socket would keep the
   // connection, and the upstream walsender holding the slot, until the loop's next turn.
   stream_->shut_down();
-  std::lock_guard lock(mu_);
-  return loop_status_;
+  return status;
 }
 
 ReadingLoop::Next NativeCapture::loop_turn() {

@@ -106,6 +106,10 @@ class NativeCapture {
   NativeCapture& operator=(const NativeCapture&) = delete;
 
   void stop();  // idempotent
+  // The loop (options.loop) no longer runs, or soon will not: the capture thread takes the
+  // stream back and reads it itself from now on, so that sync() and export_snapshot() still
+  // finish (say, while a server drains its blocking work at shutdown). Any thread.
+  void leave_loop();
 
   // Blocking; see the top of this file.
   Result<ExportedSnapshot> export_snapshot();
@@ -131,7 +135,10 @@ class NativeCapture {
   void run_mirror();
   // Reads and handles frames until an error (or stop()).
   Status pump();
-  // Hands the stream to options_.loop until a turn fails (its error) or stop().
+  // Whether the stream is to be read on options_.loop (not left).
+  bool reads_on_loop() const;
+  // Hands the stream to options_.loop until a turn fails (its error), stop() or leave_loop()
+  // (ok, the stream intact).
   Status read_on_loop();
   // One turn on the loop's thread (the gate's mutex held).
   ReadingLoop::Next loop_turn();
@@ -219,6 +226,7 @@ class NativeCapture {
   std::shared_ptr<LoopGate> gate_ = std::make_shared<LoopGate>();
   bool loop_done_ = false;  // (mu_) a turn gave the stream back, for loop_status_
   Status loop_status_;      // (mu_)
+  bool left_loop_ = false;  // (mu_) leave_loop() was called
 
   std::thread thread_;
   std::thread mirror_thread_;
