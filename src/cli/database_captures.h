@@ -14,12 +14,12 @@
 #include "base/hop_trace.h"
 #include "base/logger.h"
 #include "base/result.h"
-#include "upstream/asio_reading_loop.h"
 #include "cli/capture_link.h"
 #include "cli/catalog_worker.h"
 #include "cli/serve_command.h"
 #include "log/change_log.h"
 #include "server/replication_hubs.h"
+#include "upstream/asio_reading_loop.h"
 #include "upstream/upstream_config.h"
 
 namespace pgrelay::cli {
