@@ -357,62 +357,59 @@ TEST(NativeCaptureTest, ReadsOnAnEventLoopAcrossReconnects) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
 }
 
-// The loop stopped first (as `pgrelay serve`'s does before its captures go): stop() takes the
-// stream back without it and ends the connection, though the stopped loop still holds its
-// duplicate of the socket, so a restarted capture (here on its own thread) gets the slot and
-// resumes where the log ends, losing nothing.
-TEST(NativeCaptureTest, StopsWhenTheLoopNoLongerRuns) {
-  test::PgServer server;
-  server.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
-  TempLog log;
-  auto options = options_for(server, log);
-  LoopThread loop;
-  {
-    options.loop = loop.reading_loop();
-    auto capture = NativeCapture::start(options, log.log());
-    ASSERT_TRUE(capture.ok()) << capture.error().to_string();
-    server.exec("INSERT INTO t VALUES (1)");
-    ASSERT_TRUE((*capture)->sync().ok());
-    loop.stop();
-    server.exec("INSERT INTO t VALUES (2)");
-    auto stopped = std::async(std::launch::async, [&] { (*capture)->stop(); });
-    ASSERT_EQ(stopped.wait_for(20s), std::future_status::ready) << "stop() waits for the loop";
+// A capture that read on a loop, which then stopped (as `pgrelay serve`'s does before its
+// captures go), with row 1 captured before and row 2 written after.
+class NativeCaptureOnAStoppedLoop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+    options_ = options_for(server_, log_);
+    options_.loop = loop_.reading_loop();
+    auto started = NativeCapture::start(options_, log_.log());
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    capture_ = std::move(*started);
+    server_.exec("INSERT INTO t VALUES (1)");
+    ASSERT_TRUE(capture_->sync().ok());
+    loop_.stop();
+    server_.exec("INSERT INTO t VALUES (2)");
   }
-  options.loop = nullptr;
-  auto capture = NativeCapture::start(options, log.log());
+
+  test::PgServer server_;
+  TempLog log_;
+  LoopThread loop_;
+  NativeCaptureOptions options_;
+  std::unique_ptr<NativeCapture> capture_;
+};
+
+// stop() takes the stream back without the loop and ends the connection, though the stopped
+// loop still holds its duplicate of the socket, so a restarted capture (here on its own thread)
+// gets the slot and resumes where the log ends, losing nothing.
+TEST_F(NativeCaptureOnAStoppedLoop, StopsWithoutTheLoop) {
+  auto stopped = std::async(std::launch::async, [&] { capture_->stop(); });
+  ASSERT_EQ(stopped.wait_for(20s), std::future_status::ready) << "stop() waits for the loop";
+  options_.loop = nullptr;
+  auto capture = NativeCapture::start(options_, log_.log());
   ASSERT_TRUE(capture.ok()) << capture.error().to_string();
   ASSERT_TRUE((*capture)->sync().ok());
-  const auto inserts = logged_inserts(log.log());
+  const auto inserts = logged_inserts(log_.log());
   ASSERT_EQ(inserts.size(), 2u);
   EXPECT_EQ(inserts[1].second, "2");
 }
 
-// A sync() that waits on a stopped loop (a slot being created while `pgrelay serve` drains its
-// blocking work at shutdown) finishes once the capture leaves the loop: its own thread reads
-// the stream on from where the loop stopped, the same connection, nothing lost.
-TEST(NativeCaptureTest, LeavesAStoppedLoopAndReadsOnItsOwnThread) {
-  test::PgServer server;
-  server.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
-  TempLog log;
-  LoopThread loop;
-  auto options = options_for(server, log);
-  options.loop = loop.reading_loop();
-  auto capture = NativeCapture::start(options, log.log());
-  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
-  server.exec("INSERT INTO t VALUES (1)");
-  ASSERT_TRUE((*capture)->sync().ok());
-  loop.stop();
-  server.exec("INSERT INTO t VALUES (2)");
-  auto synced = std::async(std::launch::async, [&] { return (*capture)->sync(); });
+// A sync() that waits on the stopped loop (a slot being created while `pgrelay serve` drains
+// its blocking work at shutdown) finishes once the capture leaves the loop: its own thread
+// reads the stream on from where the loop stopped, the same connection, nothing lost.
+TEST_F(NativeCaptureOnAStoppedLoop, LeavesItAndReadsOnItsOwnThread) {
+  auto synced = std::async(std::launch::async, [&] { return capture_->sync(); });
   EXPECT_EQ(synced.wait_for(500ms), std::future_status::timeout) << "nobody reads the stream";
-  (*capture)->leave_loop();
+  capture_->leave_loop();
   ASSERT_EQ(synced.wait_for(20s), std::future_status::ready);
   auto result = synced.get();
   ASSERT_TRUE(result.ok()) << result.error().to_string();
-  EXPECT_EQ((*capture)->stats().reconnects, 0u);
-  server.exec("INSERT INTO t VALUES (3)");
-  ASSERT_TRUE((*capture)->sync().ok());
-  const auto inserts = logged_inserts(log.log());
+  EXPECT_EQ(capture_->stats().reconnects, 0u);
+  server_.exec("INSERT INTO t VALUES (3)");
+  ASSERT_TRUE(capture_->sync().ok());
+  const auto inserts = logged_inserts(log_.log());
   ASSERT_EQ(inserts.size(), 3u);
   EXPECT_EQ(inserts[2].second, "3");
 }
