@@ -471,11 +471,7 @@ Status ChangeLog::roll_segment() {
 
 Status ChangeLog::write_batch_locked(ActiveSegment& seg, std::span<const PendingEntry> batch) {
   const std::uint64_t start = seg.size;
-  BatchWrite written = write_records(seg, batch);
-  if (written.unrecoverable) failed_ = *written.unrecoverable;
-  PGRELAY_TRY(written.status);
-  note_written_locked(seg, batch, start, written.bytes);
-  return {};
+  return note_written_locked(seg, batch, start, write_records(seg, batch));
 }
 
 ChangeLog::BatchWrite ChangeLog::write_records(const ActiveSegment& seg,
@@ -551,8 +547,11 @@ ChangeLog::BatchWrite ChangeLog::write_records(const ActiveSegment& seg,
   return result;
 }
 
-void ChangeLog::note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
-                                    std::uint64_t batch_start, std::uint64_t bytes) {
+Status ChangeLog::note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
+                                      std::uint64_t batch_start, const BatchWrite& written) {
+  if (written.unrecoverable) failed_ = *written.unrecoverable;
+  PGRELAY_TRY(written.status);
+  const std::uint64_t bytes = written.bytes;
   seg.size = batch_start + bytes;
   bool indexed = false;
   for (const auto& e : batch) {
@@ -562,6 +561,7 @@ void ChangeLog::note_written_locked(ActiveSegment& seg, std::span<const PendingE
   }
   seg.info.bytes = seg.size;
   counters_.bytes_appended += bytes;
+  return {};
 }
 
 Status ChangeLog::note_marks_locked(std::span<const PendingEntry> batch) {
@@ -886,9 +886,7 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
   lock.unlock();
   BatchWrite written = write_records(seg, batch);
   lock.lock();
-  if (written.unrecoverable) failed_ = *written.unrecoverable;
-  PGRELAY_TRY(written.status);
-  note_written_locked(seg, batch, start, written.bytes);
+  PGRELAY_TRY(note_written_locked(seg, batch, start, written));
   note_batch_locked(batch);
   written_ = Position{active_->seq, active_->size};
   Position mine = written_;

@@ -244,9 +244,10 @@ class ChangeLog {
   // Writes the batch's records at the end of `seg`, touching no shared state: the caller holds
   // append_mu_, not necessarily mu_.
   BatchWrite write_records(const ActiveSegment& seg, std::span<const PendingEntry> batch) const;
-  // After write_records(): `seg` grows by `bytes` and notes the batch in its info and index.
-  void note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
-                           std::uint64_t batch_start, std::uint64_t bytes);
+  // After write_records(): its error (the log refusing appends if unrecoverable), or `seg`
+  // grows by what was written and notes the batch in its info and index.
+  Status note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
+                             std::uint64_t batch_start, const BatchWrite& written);
   // Before a batch is written: its marked entries go into the marks file.
   Status note_marks_locked(std::span<const PendingEntry> batch);
   // After a batch was appended: the log's newest LSNs, its checkpoint, its counters.
