@@ -75,8 +75,9 @@ struct Settings {
   std::int64_t rows_per_transaction = 1;
   bool streaming = false;  // --streaming: protocol 2+, streaming 'on' (stream blocks accepted)
   // --receipts FILE: the first stream's transactions, one line each: "END_LSN FIRST_TS_US
-  // RECEIPT_US" (commit end LSN, the first row's ts_us, when its Commit arrived; Unix µs), for
-  // bench/hop_report.py to line up with pgrelay's --hop-trace.
+  // RECEIPT_US SENT_US" (commit end LSN, the first row's ts_us, when its Commit arrived, the
+  // send time the server put on the Commit's XLogData; Unix µs), for bench/hop_report.py to line
+  // up with pgrelay's --hop-trace, or to split a native walsender's latency in two.
   std::string receipts;
 };
 
@@ -180,7 +181,7 @@ struct Stream {
   std::int64_t txn_first_ts = 0;
   struct Receipt {
     wire::Lsn end_lsn;
-    std::int64_t first_ts = 0, received = 0;
+    std::int64_t first_ts = 0, received = 0, sent = 0;
   };
   std::vector<Receipt> receipts;
   double last_progress = 0;
@@ -251,7 +252,9 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
 }
 
 // A transaction's end, at Commit or Stream Commit.
-void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t now) {
+// `sent` is the server's send time on the Commit's XLogData (Unix µs).
+void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t now,
+               std::int64_t sent) {
   if (end_lsn <= s.last_end_lsn) {
     fail(s.where() + ": commit end LSN " + end_lsn.to_string() + " not after " +
          s.last_end_lsn.to_string());
@@ -267,11 +270,12 @@ void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t n
   s.last_end_lsn = end_lsn;
   ++s.transactions;
   if (!cfg.receipts.empty() && s.index == 0 && s.changes_in_txn != 0) {
-    s.receipts.push_back({end_lsn, s.txn_first_ts, now});
+    s.receipts.push_back({end_lsn, s.txn_first_ts, now, sent});
   }
 }
 
-void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std::int64_t now) {
+void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std::int64_t now,
+                std::int64_t sent) {
   ++s.messages;
   if (const auto* b = std::get_if<pgoutput::Begin>(&m)) {
     (void)b;
@@ -291,10 +295,10 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
     fail(s.where() + ": Stream Abort (the workload's transactions all commit)");
   } else if (const auto* sc = std::get_if<pgoutput::StreamCommit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Stream Commit of a transaction never started");
-    on_commit(s, cfg, sc->end_lsn, now);
+    on_commit(s, cfg, sc->end_lsn, now, sent);
   } else if (const auto* c = std::get_if<pgoutput::Commit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Commit without Begin");
-    on_commit(s, cfg, c->end_lsn, now);
+    on_commit(s, cfg, c->end_lsn, now, sent);
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
     // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
@@ -348,7 +352,7 @@ void drain(Stream& s, const Settings& cfg) {
       auto msg = s.decoder.decode(x->data);
       PQfreemem(buf);
       if (!msg.ok()) fail(s.where() + ": pgoutput decode error: " + msg.error().to_string());
-      on_message(s, cfg, *msg, now);
+      on_message(s, cfg, *msg, now, wire::pg_to_unix_micros(x->send_time));
       if (s.inserts == cfg.expect && !s.in_txn) {
         s.state = State::kDone;
         break;
@@ -457,8 +461,9 @@ void write_receipts(const std::string& path, const Stream& s) {
   std::FILE* out = std::fopen(path.c_str(), "w");
   if (out == nullptr) fail("cannot create " + path + ": " + std::strerror(errno));
   for (const auto& r : s.receipts) {
-    std::fprintf(out, "%s %lld %lld\n", r.end_lsn.to_string().c_str(),
-                 static_cast<long long>(r.first_ts), static_cast<long long>(r.received));
+    std::fprintf(out, "%s %lld %lld %lld\n", r.end_lsn.to_string().c_str(),
+                 static_cast<long long>(r.first_ts), static_cast<long long>(r.received),
+                 static_cast<long long>(r.sent));
   }
   if (std::fclose(out) != 0) fail("cannot write " + path + ": " + std::strerror(errno));
 }

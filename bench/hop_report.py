@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 # Per-hop latency of each transaction through pgrelay: `serve --hop-trace` joined with the consumer's --receipts.
 """Usage: hop_report.py TRACE RECEIPTS [--skip-seconds S]
+       hop_report.py --sender-only RECEIPTS [--skip-seconds S]
 
 TRACE is what `pgrelay serve --hop-trace FILE` wrote at shutdown ("hop LSN unix_us session"
 lines, each saying every transaction ending at or before LSN had passed the hop by then);
-RECEIPTS is bench_repl_consumer --receipts ("END_LSN FIRST_TS_US RECEIPT_US"). For each
+RECEIPTS is bench_repl_consumer --receipts ("END_LSN FIRST_TS_US RECEIPT_US SENT_US"). For each
 received transaction the time of each hop is the earliest stamp of that hop at or past its end
 LSN. Prints, per hop, the time since the transaction's row was written (its ts_us, taken just
 before commit) and the step from the hop before it on the path, as p50 / p99 / max in ms.
 `durable` is off the readers' path under native capture (entries are shown before their
 fdatasync) and on it under trigger capture (shown after): its step is from capture receipt.
 The first --skip-seconds (default 1) of receipts are left out (connection warm-up).
+
+--sender-only reads no trace: it splits a consumer's latency at the send time its server put on
+each Commit's XLogData (`sender_send`), which for native PostgreSQL is the walsender's, the same
+clock as pgrelay's `upstream_send` hop, so the two runs' upstream walsenders can be compared.
 """
 import bisect
 import sys
@@ -70,23 +75,31 @@ def main():
         del args[i:i + 2]
     if len(args) != 2:
         sys.exit(__doc__)
-    index, dropped = read_trace(args[0])
+    sender_only = args[0] == "--sender-only"
+    if sender_only:
+        index, dropped, path, extra = {}, 0, ["sender_send", "consumer"], []
+    else:
+        index, dropped = read_trace(args[0])
+        path, extra = PATH, ["durable"]
     receipts = []
     with open(args[1]) as f:
         for line in f:
-            end, first_ts, received = line.split()
-            receipts.append((lsn(end), int(first_ts), int(received)))
+            end, first_ts, received, sent = line.split()
+            receipts.append((lsn(end), int(first_ts), int(received), int(sent)))
     if not receipts:
         sys.exit("hop_report: no receipts in %s" % args[1])
     start = receipts[0][2] + skip * 1e6
-    since = {h: [] for h in PATH + ["durable"]}
-    step = {h: [] for h in PATH + ["durable"]}
+    since = {h: [] for h in path + extra}
+    step = {h: [] for h in path + extra}
     missing = {}
     used = 0
-    for end, origin, received in receipts:
+    for end, origin, received, sent in receipts:
         if received < start:
             continue
-        times = {h: first_at_or_past(index, h, end) for h in PATH[:-1] + ["durable"]}
+        if sender_only:
+            times = {"sender_send": sent}
+        else:
+            times = {h: first_at_or_past(index, h, end) for h in path[:-1] + extra}
         times["consumer"] = received
         lost = [h for h, t in times.items() if t is None]
         if lost:
@@ -95,17 +108,18 @@ def main():
             continue
         used += 1
         prev = origin
-        for h in PATH:
+        for h in path:
             since[h].append(times[h] - origin)
             step[h].append(times[h] - prev)
             prev = times[h]
-        since["durable"].append(times["durable"] - origin)
-        step["durable"].append(times["durable"] - times["capture_receipt"])
+        if extra:
+            since["durable"].append(times["durable"] - origin)
+            step["durable"].append(times["durable"] - times["capture_receipt"])
     print("hops of %d transactions (%d left out as warm-up or without every stamp: %s; %d stamps dropped)"
           % (used, len(receipts) - used, missing or "none", dropped))
     print("%-16s %27s   %27s" % ("", "since the row was written", "step from the hop before"))
     print("%-16s %8s %8s %9s   %8s %8s %9s" % ("hop (ms)", "p50", "p99", "max", "p50", "p99", "max"))
-    for h in PATH + ["durable"]:
+    for h in path + extra:
         print("%-16s %8.2f %8.2f %9.2f   %8.2f %8.2f %9.2f" % (
             h, pct(since[h], 50), pct(since[h], 99), pct(since[h], 100),
             pct(step[h], 50), pct(step[h], 99), pct(step[h], 100)))

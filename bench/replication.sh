@@ -38,7 +38,9 @@
 #  5. where pgrelay's latency goes (HOP_TRACE=1, the default): pgrelay runs with --hop-trace, the
 #     latency and live runs' consumers write their receipts, and bench/hop_report.py prints each hop's
 #     delay (upstream send, capture receipt, visible in the log, walsender read, socket write,
-#     consumer receipt; and durable) per capture mode, as p50/p99/max.
+#     consumer receipt; and durable) per capture mode, as p50/p99/max. Native PostgreSQL's latency
+#     is split the same way at its walsender's send time (sender_send, the clock of pgrelay's
+#     upstream_send), so the upstream walsender of each run can be compared.
 #
 # Settings (environment): N (catch-up backlog, default 30000), N_LIVE (default 20000),
 # LAT_RATE (default 1000), LAT_SECONDS (default 30), FANOUT (default "1 8 32"),
@@ -232,7 +234,7 @@ measure() {
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local extra=()
   [ "$mode" = catchup ] && extra=(--wait-file "$dir/go")
-  if [[ $run == latency || $run == live ]] && [ "$sys" != native ] && [ "$HOP_TRACE" = 1 ]; then
+  if [[ $run == latency || $run == live ]] && [ "$HOP_TRACE" = 1 ]; then
     extra+=(--receipts "$dir/receipts")
   fi
   "$CONSUMER" --conninfo "$conn" --consumers "$m" --slot-prefix "bench_${run//[^a-z0-9]/_}" \
@@ -354,6 +356,12 @@ run_system() {
 
 log "native PostgreSQL (port $PG_PORT): N=$N N_LIVE=$N_LIVE latency ${LAT_N} tx at ${LAT_RATE}/s, fan-out $FANOUT"
 run_system native
+for run in latency live; do
+  if [ "$HOP_TRACE" = 1 ] && [ -s "$OUT/native.$run/receipts" ]; then
+    python3 bench/hop_report.py --sender-only "$OUT/native.$run/receipts" >"$OUT/hops-postgres.$run.txt" ||
+      die "hop_report failed for native PostgreSQL, $run run: $(tail -3 "$OUT/hops-postgres.$run.txt")"
+  fi
+done
 
 for CAPTURE in $CAPTURES; do
   hop_trace=()
@@ -453,6 +461,16 @@ table() {  # capture mode
   echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
   echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s; consumer on $CONSUMER_THREADS threads"
   echo
+  if [ -s "$OUT/hops-postgres.latency.txt" ]; then
+    echo "native PostgreSQL: its walsender's send time against the consumer's receipt, at ${LAT_RATE} tx/s"
+    cat "$OUT/hops-postgres.latency.txt"
+    echo
+  fi
+  if [ -s "$OUT/hops-postgres.live.txt" ]; then
+    echo "native PostgreSQL: the same, unthrottled (live run)"
+    cat "$OUT/hops-postgres.live.txt"
+    echo
+  fi
   for mode in $CAPTURES; do
     table "$mode"
     echo
