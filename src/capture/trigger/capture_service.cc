@@ -145,6 +145,7 @@ Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
   stats_.transactions += st->transactions;
   stats_.rows += st->rows;
   if (st->last_lsn.is_valid()) stats_.last_lsn = st->last_lsn;
+  if (st->end_error) stats_.last_error = st->end_error->to_string();
   if (st->undecodable_rows > 0) {
     stats_.last_error = std::to_string(st->undecodable_rows) +
                         " captured rows fit no recorded column layout and were left out (a table "

@@ -107,23 +107,30 @@ Result<std::unique_ptr<RowStream>> PgSession::stream_prepared(const std::string&
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  // In pipeline mode, with a Flush between the Execute and the Sync: the server sends the rows
+  // once the statement has run, not after the Sync ends its implicit transaction (for a
+  // statement that wrote, a commit that waits for the WAL flush).
+  if (PQenterPipelineMode(conn_) == 0) return connection_error("could not enter pipeline mode");
+  std::unique_ptr<RowStream> stream(new RowStream(*this));
   if (PQsendQueryPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
                           nullptr, nullptr, binary_result ? 1 : 0) == 0) {
-    return connection_error("could not send query");
+    return connection_error("could not send query");  // the stream leaves pipeline mode
   }
-  std::unique_ptr<RowStream> stream(new RowStream(*this));
   if (PQsetSingleRowMode(conn_) == 0) {
     // Cannot happen right after a send; the stream still reads the whole result correctly.
     return connection_error("could not read the result row by row");
+  }
+  if (PQsendFlushRequest(conn_) == 0 || PQpipelineSync(conn_) == 0) {
+    return connection_error("could not send query");
   }
   return stream;
 }
 
 Result<bool> RowStream::next() {
-  if (done_) return false;
+  if (done_ || rows_ended_) return false;
   PGresult* res = PQgetResult(session_.conn_);
   if (res == nullptr) {
-    done_ = true;
+    drain();
     return session_.connection_error("query failed");
   }
   const ExecStatusType st = PQresultStatus(res);
@@ -131,21 +138,64 @@ Result<bool> RowStream::next() {
     row_ = QueryResult(res);
     return true;
   }
-  // The end (PGRES_TUPLES_OK with no rows) or an error: then libpq has nothing more.
-  auto finished = session_.finish(res);
-  drain();
+  // The end of the rows (PGRES_TUPLES_OK with none, at CommandComplete; the transaction ends
+  // at the Sync that follows) or an error.
+  auto ended = session_.finish(res);
   row_ = QueryResult();
-  if (!finished.ok()) return finished.error();
+  if (!ended.ok()) {
+    drain();
+    return ended.error();
+  }
+  rows_ended_ = true;
   return false;
 }
 
-void RowStream::drain() {
-  while (PGresult* res = PQgetResult(session_.conn_)) PQclear(res);
+Status RowStream::finish() {
+  if (done_) return {};
+  if (!rows_ended_) {
+    return Error::make(sqlstate::kInternalError, "a row stream was finished before its last row");
+  }
+  return read_to_sync();
+}
+
+Status RowStream::read_to_sync() {
+  // What is left: the end of the statement's results (NULL), then the Sync's. An error on the
+  // way (the commit failed, the connection broke) is the first one kept.
+  std::optional<Error> error;
+  int ends = 0;  // NULLs in a row: two mean libpq has nothing more (a broken connection)
+  while (ends < 2) {
+    PGresult* res = PQgetResult(session_.conn_);
+    if (res == nullptr) {
+      if (PQstatus(session_.conn_) == CONNECTION_BAD) break;
+      ++ends;
+      continue;
+    }
+    ends = 0;
+    if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+      PQclear(res);
+      break;
+    }
+    auto result = session_.finish(res);
+    if (!result.ok() && !error) error = result.error();
+  }
   done_ = true;
+  if (PQexitPipelineMode(session_.conn_) == 0 && !error) {
+    error = session_.connection_error("could not leave pipeline mode");
+  }
+  if (error) return *error;
+  return {};
+}
+
+void RowStream::drain() {
+  (void)read_to_sync();
 }
 
 RowStream::~RowStream() {
   if (done_) return;
+  if (rows_ended_) {
+    drain();  // only the statement's end is left to read: nothing to cancel
+    return;
+  }
   // Left before its end: the server stops sending the rest rather than the client reading it
   // all for nothing. A cancel that arrives once the statement is over finds the session idle,
   // which ignores it, so the session's next statement is never the one cancelled.

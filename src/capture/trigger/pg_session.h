@@ -51,19 +51,28 @@ class RowStream {
   RowStream(const RowStream&) = delete;
   RowStream& operator=(const RowStream&) = delete;
 
-  // Moves to the next row: true when there is one (in row(), as row 0), false at the end. The
-  // server's error, if the statement fails partway, comes from here.
+  // Moves to the next row: true when there is one (in row(), as row 0), false after the last.
+  // The server's error, if the statement fails partway, comes from here.
   Result<bool> next();
   const QueryResult& row() const { return row_; }
+  // After next() said false: waits for the end of the statement's implicit transaction. The
+  // last row comes before the commit (which, for a statement that wrote, waits for the
+  // upstream's WAL flush), so a caller can act on the rows first; a failed commit is reported
+  // here. The destructor waits too, and drops that error.
+  Status finish();
 
  private:
   friend class PgSession;
   explicit RowStream(PgSession& session) : session_(session) {}
+  // Reads to the end of the pipeline's Sync and leaves pipeline mode; the first error on the
+  // way is returned (drain() drops it).
+  Status read_to_sync();
   void drain();
 
   PgSession& session_;
   QueryResult row_;
-  bool done_ = false;
+  bool rows_ended_ = false;  // next() said false
+  bool done_ = false;        // libpq has nothing more for this statement
 };
 
 class PgSession {
@@ -87,7 +96,8 @@ class PgSession {
   Result<QueryResult> exec_prepared(const std::string& name, const std::string& sql,
                                     const Params& params, bool binary_result = false);
 
-  // Like exec_prepared(), but the rows come one at a time as the server sends them.
+  // Like exec_prepared(), but the rows come one at a time as the server sends them, and the
+  // last of them before the statement's implicit transaction ends (RowStream::finish).
   Result<std::unique_ptr<RowStream>> stream_prepared(const std::string& name,
                                                      const std::string& sql, const Params& params,
                                                      bool binary_result = false);

@@ -69,6 +69,9 @@ struct PollStats {
   std::string snapshot;  // S_k
   Lsn upstream_lsn;      // pg_current_wal_insert_lsn() at S_k
   Lsn last_lsn;          // commit LSN of the last entry appended, invalid when none
+  // The poll's statement failed to end (its release did not commit, or the connection broke)
+  // after its rows were in the log: the poll's entries stand, and the next poll releases.
+  std::optional<Error> end_error;
 };
 
 // The capture state persisted in checkpoint entries.
