@@ -32,7 +32,7 @@ Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOpti
     if (!installed.ok()) return installed.error();
     report = *installed;
   }
-  if (options.min_poll.count() <= 0) options.min_poll = std::chrono::milliseconds(1);
+  if (options.min_poll.count() <= 0) options.min_poll = std::chrono::microseconds(250);
   options.max_poll = std::max(options.max_poll, options.min_poll);
   options.reconnect_max = std::max(options.reconnect_max, options.reconnect_min);
   std::unique_ptr<CaptureService> svc(new CaptureService(std::move(options), log));
@@ -154,14 +154,17 @@ Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
   return {};
 }
 
-void CaptureService::wait(std::chrono::milliseconds timeout) {
+void CaptureService::wait(std::chrono::microseconds timeout) {
   pollfd fds[2] = {{wake_fds_[0], POLLIN, 0}, {-1, POLLIN, 0}};
   nfds_t n = 1;
   if (listener_) {
     fds[1].fd = listener_->socket();
     n = 2;
   }
-  const int rc = ::poll(fds, n, static_cast<int>(timeout.count()));
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec ts{static_cast<time_t>(seconds.count()),
+                    static_cast<long>((timeout - seconds).count() * 1000)};
+  const int rc = ::ppoll(fds, n, &ts, nullptr);
   if (rc <= 0) return;
   if ((fds[0].revents & POLLIN) != 0) {
     char buf[64];
@@ -209,7 +212,8 @@ void CaptureService::run_tasks() {
 }
 
 void CaptureService::run() {
-  std::chrono::milliseconds interval = options_.min_poll;
+  // The wait after the next poll that finds nothing.
+  std::chrono::microseconds idle = options_.min_poll;
   std::chrono::milliseconds backoff = options_.reconnect_min;
   while (!stopping_) {
     run_tasks();
@@ -233,17 +237,21 @@ void CaptureService::run() {
       continue;
     }
     backoff = options_.reconnect_min;
+    std::chrono::microseconds interval = options_.min_poll;
     if (found) {
-      interval = options_.min_poll;
+      idle = options_.min_poll;
       if (armed_ != false) set_armed(false);
     } else {
       // Without notifications an idle service must look more often to keep latency down.
-      const auto idle_cap = notify_allowed_
-                                ? options_.max_poll
-                                : std::min(options_.max_poll, std::chrono::milliseconds(100));
-      interval = std::min(interval * 2, idle_cap);
-      const auto arm_after = std::min(
-          std::max(options_.min_poll * 4, std::chrono::milliseconds(40)), options_.max_poll);
+      const std::chrono::microseconds idle_cap =
+          notify_allowed_ ? options_.max_poll
+                          : std::min<std::chrono::microseconds>(options_.max_poll,
+                                                                std::chrono::milliseconds(100));
+      interval = idle;
+      idle = std::min(idle * 2, idle_cap);
+      const std::chrono::microseconds arm_after = std::min<std::chrono::microseconds>(
+          std::max<std::chrono::microseconds>(options_.min_poll * 4, std::chrono::milliseconds(40)),
+          options_.max_poll);
       if (notify_allowed_ && interval >= arm_after && armed_ != true) {
         // Writers that committed since the last poll saw the flag down and sent nothing.
         if (set_armed(true)) continue;

@@ -7,9 +7,9 @@
 //
 // The capture thread owns two upstream connections: the poller's, and one that LISTENs on the
 // channel the triggers notify (the install schema's name). It polls when notified, and
-// otherwise on an adaptive interval: min_poll right after a poll that found something, doubling
-// up to max_poll while idle (the fallback for a lost notification; an idle upstream costs one
-// small read-only poll per max_poll).
+// otherwise on an adaptive interval: min_poll after a poll that found something and after the
+// first that found nothing, doubling up to max_poll while idle (the fallback for a lost
+// notification; an idle upstream costs one small read-only poll per max_poll).
 //
 // Wake-ups are coalesced twice. A capture trigger runs once per statement and calls pg_notify
 // with a constant payload, which Postgres queues once per transaction. And it notifies only
@@ -57,10 +57,12 @@ struct CaptureServiceOptions {
   InstallOptions install;  // with install_on_start, its schema is used for the poller too
   bool install_on_start = true;
   // min_poll bounds commit-to-log latency while writes flow (the notification is off then).
-  // At 1000 tx/s (bench/replication.sh, 2 cores) 1 ms measured p50 3.6 / p99 8.8-10.5 ms,
-  // against 4.5 / 12 ms with 2 ms. Notifying on every commit instead was worse on both counts
-  // (p50 5.4 / p99 14.7 ms), and cut unthrottled writes from about 3,000 to 1,300 tx/s.
-  std::chrono::milliseconds min_poll{1}, max_poll{1000};
+  // At 1000 tx/s (bench/replication.sh, 2 cores) 250 us measured p50 1.8 ms at 650 polls/s;
+  // polling again at once after a find and waiting 250 us, 500 us or 1 ms after the first empty
+  // poll, 2.1, 2.0 and 2.3 ms at 790, 610 and 610 polls/s; 1 ms with the first idle wait at 2 ms
+  // (the old default) 2.9 ms at 340 polls/s. Notifying on every commit instead was worse (p50
+  // 5.4 / p99 14.7 ms), and cut unthrottled writes from about 3,000 to 1,300 tx/s.
+  std::chrono::microseconds min_poll{250}, max_poll{1'000'000};
   std::chrono::milliseconds detect_interval{1000};
   std::chrono::milliseconds reconnect_min{100}, reconnect_max{5000};
 };
@@ -123,7 +125,7 @@ class CaptureService {
   // `upstream_lsn` (optional) receives the upstream's WAL insert position at the poll.
   Status poll_once(bool* found, Lsn* upstream_lsn = nullptr);
   void note_error(const Error& error);
-  void wait(std::chrono::milliseconds timeout);
+  void wait(std::chrono::microseconds timeout);
   // Raises or lowers the flag that makes writers notify; false (error noted) when it failed.
   bool set_armed(bool armed);
 
