@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -61,14 +62,15 @@ TEST_F(PgSessionTest, TheRowsComeBeforeTheStatementsCommit) {
       "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION held_commit_waits()");
   auto holder = connect();
   ASSERT_TRUE(holder->run("SELECT pg_advisory_lock(4711)").ok());
-  // Should the rows wait for the commit after all, the test fails instead of hanging.
+  // Should the rows wait for the commit after all, the test fails instead of hanging: after
+  // 30 s the watchdog, on a connection of its own, ends the lock holder's session.
   std::atomic<bool> released{false};
-  std::thread watchdog([&] {
-    for (int i = 0; i < 300 && !released; ++i)
+  auto killer = connect();
+  std::jthread watchdog([&](std::stop_token stop) {  // a failed ASSERT stops and joins it
+    for (int i = 0; i < 300 && !released && !stop.stop_requested(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!released) {
-      released = true;
-      server_->exec(
+    if (!stop.stop_requested() && !released.exchange(true)) {
+      (void)killer->run(
           "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
           "AND objid = 4711 AND granted");
     }
@@ -83,14 +85,19 @@ TEST_F(PgSessionTest, TheRowsComeBeforeTheStatementsCommit) {
   auto end = (*stream)->next();
   ASSERT_TRUE(end.ok()) << end.error().to_string();
   EXPECT_FALSE(*end);
-  // The statement's commit is still waiting for the lock, and its row is not committed.
-  EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                            "objid = 4711 AND NOT granted"),
-            "1");
+  // The statement's commit goes on to wait for the lock (the server reads the Sync after
+  // sending the rows), and its row is not committed.
+  const std::string waiting =
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4711 AND NOT granted";
+  for (int i = 0; i < 200 && server_->scalar(waiting) != "1"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(server_->scalar(waiting), "1");
   EXPECT_EQ(server_->scalar("SELECT count(*) FROM held"), "0");
-  EXPECT_FALSE(released.exchange(true)) << "the rows came only once the lock was released";
-  ASSERT_TRUE(holder->run("SELECT pg_advisory_unlock(4711)").ok());
+  const bool too_late = released.exchange(true);
   watchdog.join();
+  ASSERT_FALSE(too_late) << "the rows came only once the watchdog ended the lock's holder";
+  ASSERT_TRUE(holder->run("SELECT pg_advisory_unlock(4711)").ok());
 
   auto finished = (*stream)->finish();
   EXPECT_TRUE(finished.ok()) << finished.error().to_string();

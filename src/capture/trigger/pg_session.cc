@@ -112,16 +112,22 @@ Result<std::unique_ptr<RowStream>> PgSession::stream_prepared(const std::string&
   // statement that wrote, a commit that waits for the WAL flush).
   if (PQenterPipelineMode(conn_) == 0) return connection_error("could not enter pipeline mode");
   std::unique_ptr<RowStream> stream(new RowStream(*this));
+  // On failure the stream, gone, reads what was sent to its end (no cancel: nothing is worth
+  // stopping) and leaves pipeline mode.
+  auto failed = [&](const char* what) {
+    stream->rows_ended_ = true;
+    return connection_error(what);
+  };
   if (PQsendQueryPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
                           nullptr, nullptr, binary_result ? 1 : 0) == 0) {
-    return connection_error("could not send query");  // the stream leaves pipeline mode
+    return failed("could not send query");
   }
   if (PQsetSingleRowMode(conn_) == 0) {
     // Cannot happen right after a send; the stream still reads the whole result correctly.
-    return connection_error("could not read the result row by row");
+    return failed("could not read the result row by row");
   }
   if (PQsendFlushRequest(conn_) == 0 || PQpipelineSync(conn_) == 0) {
-    return connection_error("could not send query");
+    return failed("could not send query");
   }
   return stream;
 }
