@@ -911,6 +911,13 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
         if (sync_idle_) sync_cv_.notify_one();
         break;
       }
+      if (sync_idle_ && !sync_in_progress_ && active_appenders_.load() <= 1) {
+        // Alone: nobody to share an fdatasync with, and the sync thread would only be woken to
+        // run it and wake this thread back (trigger capture's every poll).
+        sync_once_locked(lock);
+        if (failed_) return *failed_;
+        if (!(synced_ < mine)) break;
+      }
       sync_cv_.notify_one();
       PGRELAY_TRY(wait_synced(mine, lock));
       break;
@@ -955,6 +962,9 @@ void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
     if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal, goal_end);
   }
   synced_cv_.notify_all();
+  // Written meanwhile: the sync thread, which does not start an fdatasync while another runs,
+  // takes it from here.
+  if (synced_ < written_ && !failed_) sync_cv_.notify_one();
 }
 
 // The sync thread. Under kFsyncPerCommit it syncs whenever anything is unsynced: while one
@@ -967,7 +977,7 @@ void ChangeLog::sync_loop() {
     auto pending = [&] { return synced_ < written_ && !failed_; };
     if (per_commit) {
       sync_idle_ = true;
-      sync_cv_.wait(lock, [&] { return stopping_ || pending(); });
+      sync_cv_.wait(lock, [&] { return stopping_ || (pending() && !sync_in_progress_); });
       sync_idle_ = false;
       // Only append_visible() data unsynced: nobody waits for it, so let more gather.
       if (sync_waiters_.empty()) {
@@ -991,7 +1001,7 @@ void ChangeLog::sync_loop() {
       sync_requested_ = false;
     }
     if (stopping_) break;
-    if (pending()) sync_once_locked(lock);
+    if (pending() && !sync_in_progress_) sync_once_locked(lock);
   }
   synced_cv_.notify_all();
 }

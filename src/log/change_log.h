@@ -3,7 +3,9 @@
 // Durability policies (LogOptions::sync):
 //  - kFsyncPerCommit: append() returns after fdatasync covered its batch. A sync thread runs
 //    fdatasync back to back while there is unsynced data, so every batch written during one
-//    fdatasync is covered by the next (group commit). Nothing acknowledged is ever lost.
+//    fdatasync is covered by the next (group commit). An appender alone (the sync thread idle,
+//    no other appender in flight) runs its fdatasync itself, which saves two thread switches.
+//    Nothing acknowledged is ever lost.
 //  - kInterval: append() returns after write(2); a background thread fsyncs every
 //    `sync_interval`, and an appender fsyncs itself once `sync_bytes` are unsynced. A crash of
 //    the machine (not of the process: the page cache survives that) can lose at most the last
@@ -298,7 +300,7 @@ class ChangeLog {
   Position written_;
   Position synced_;
   Position visible_;
-  bool sync_in_progress_ = false;
+  bool sync_in_progress_ = false;  // an fdatasync runs, on the sync thread or an appender's
   bool sync_requested_ = false;  // an appender waits for the sync thread (interval policy)
   // The sync thread waits for unsynced data. Only then does append_visible() wake it: while it
   // lets append_visible() data gather, a wake-up per batch would only cost a context switch.
