@@ -858,7 +858,7 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   PGRELAY_TRY(assembler.end_transaction());
   // Ends the statement's transaction. A releasing poll commits its DELETE after the last row,
   // and that commit waits for the upstream's WAL flush; the rows in hand are appended (and made
-  // durable) meanwhile rather than after it, which took some 0.3 ms from each poll at 1000 tx/s.
+  // durable) meanwhile rather than after it (the poll step, p50 at 1000 tx/s: 0.43 -> 0.26 ms).
   auto end_statement = [&]() -> Status {
     PGRELAY_TRY(stream.finish());
     // The statement ran to its end: its release of the persisted snapshot's rows happened.
