@@ -85,6 +85,29 @@ std::uint64_t EncodedEntryCache::view_id(const std::string& view_key) {
   return view_ids_.try_emplace(view_key, view_ids_.size()).first->second;
 }
 
+EncodedEntryCache::ViewUse::ViewUse(EncodedEntryCache& cache, const std::string& view_key)
+    : cache_(&cache), users_(cache.users_), id_(cache.view_id(view_key)) {
+  ++(*users_)[id_];
+}
+
+void EncodedEntryCache::ViewUse::release() {
+  auto it = users_->find(id_);
+  if (it != users_->end() && --it->second == 0) users_->erase(it);
+}
+
+void EncodedEntryCache::ViewUse::switch_to(const std::string& view_key) {
+  const std::uint64_t next = cache_->view_id(view_key);
+  if (next == id_) return;
+  release();
+  id_ = next;
+  ++(*users_)[id_];
+}
+
+bool EncodedEntryCache::shared(std::uint64_t view_id) const {
+  auto it = users_->find(view_id);
+  return it != users_->end() && it->second >= 2;
+}
+
 std::shared_ptr<const EncodedEntry> EncodedEntryCache::find(std::uint64_t view_id, Lsn end_lsn) {
   auto it = index_.find(Key{view_id, end_lsn.value()});
   if (it == index_.end()) {

@@ -95,9 +95,34 @@ class EntryEncoder {
 class EncodedEntryCache {
  public:
   explicit EncodedEntryCache(std::size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+  // A session's use of one view, for as long as it lives. Only its destructor may run after
+  // the cache is gone (a session's frame destroyed with its event loop).
+  class ViewUse {
+   public:
+    ViewUse(EncodedEntryCache& cache, const std::string& view_key);
+    ~ViewUse() { release(); }
+    ViewUse(const ViewUse&) = delete;
+    ViewUse& operator=(const ViewUse&) = delete;
+    std::uint64_t id() const { return id_; }
+    // The session goes on through another view (the publications changed).
+    void switch_to(const std::string& view_key);
+
+   private:
+    void release();
+    EncodedEntryCache* cache_;
+    std::shared_ptr<std::unordered_map<std::uint64_t, std::size_t>> users_;
+    std::uint64_t id_;
+  };
+
   // A small number standing for a view's key (publications, options, filters), the same for
   // equal keys: looked up once per session, so the lookups per entry hash two integers.
   std::uint64_t view_id(const std::string& view_key);
+  // Whether two or more sessions use the view now (ViewUse). Only another session ever reads
+  // a kept entry: a walsender alone on its view at the log's end keeps nothing (see
+  // walsender.cc), which spares it the allocations, the index and, while the cache grows to
+  // its bound, the page faults.
+  bool shared(std::uint64_t view_id) const;
   std::shared_ptr<const EncodedEntry> find(std::uint64_t view_id, Lsn end_lsn);
   void insert(std::uint64_t view_id, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
   // Links: a session that read two entries in a row records that `next` follows the entry
@@ -114,6 +139,7 @@ class EncodedEntryCache {
   std::size_t hits() const { return hits_; }
   std::size_t misses() const { return misses_; }
   std::size_t follows() const { return follows_; }  // entries given by follow()
+  std::size_t bytes() const { return size_; }       // what the kept entries take
 
  private:
   struct Key {
@@ -138,6 +164,9 @@ class EncodedEntryCache {
   std::size_t size_ = 0;
   std::size_t hits_ = 0, misses_ = 0, follows_ = 0;
   std::unordered_map<std::string, std::uint64_t> view_ids_;
+  // Sessions per view id (ViewUse); shared with the uses, which may outlive the cache.
+  std::shared_ptr<std::unordered_map<std::uint64_t, std::size_t>> users_ =
+      std::make_shared<std::unordered_map<std::uint64_t, std::size_t>>();
   std::list<Node> lru_;  // front = most recent
   std::unordered_map<Key, std::list<Node>::iterator, KeyHash> index_;
 };

@@ -179,10 +179,11 @@ std::size_t emit(const EncodedEntry& entry, std::size_t from, SessionRelations& 
   return i;
 }
 
-// The view a session sends through, and its id in the encoded-entry cache.
+// The view a session sends through, and its use of that view in the encoded-entry cache.
 struct SessionView {
   log::ChangeView view;
-  std::uint64_t id = 0;
+  EncodedEntryCache::ViewUse use;
+  std::uint64_t id() const { return use.id(); }
 };
 
 // Binary mode converts an entry's values a batch of messages at a time (one upstream round trip
@@ -245,8 +246,8 @@ upstream::awaitable<Status> through_upstream_outage(Attempt attempt, std::string
 
 // Where capture marked a change of the publications: go on with what they say after it, every
 // Relation sent again (as pgoutput does after an invalidation).
-upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderParams& params,
-                                        SessionView& session_view, SessionRelations& relations,
+upstream::awaitable<Status> reload_view(const WalsenderParams& params, SessionView& session_view,
+                                        SessionRelations& relations,
                                         const log::PublicationsChange& change) {
   std::optional<WalsenderView> reloaded;
   PGRELAY_CO_TRY(co_await through_upstream_outage(
@@ -258,7 +259,7 @@ upstream::awaitable<Status> reload_view(ReplicationHub& hub, const WalsenderPara
       },
       "read the publications where they changed"));
   session_view.view.replace_options(std::move(reloaded->options));
-  session_view.id = hub.encoded_cache().view_id(reloaded->key);
+  session_view.use.switch_to(reloaded->key);
   relations.sent.clear();
   co_return Status{};
 }
@@ -302,7 +303,7 @@ class ConvertingEntry {
 
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view (`cached`, when the entry source took it from there), else encoded
-// here and offered to the cache. Frames collect in `out`, written whenever it passes
+// here and, when `keep`, offered to the cache. Frames collect in `out`, written whenever it passes
 // kWriteChunk, and `produced` grows by their size; an entry larger than kMaxCachedEntry is
 // streamed without being kept, so a huge transaction never sits in memory whole. A
 // publications-changed marker reloads the view where it is (so a cached entry that had one was
@@ -316,10 +317,10 @@ constexpr std::size_t kMaxCachedEntry = 4u << 20;
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
                                        const WalsenderParams& params, SessionView& session_view,
                                        log::Cursor& cursor, const log::EntryMeta& meta,
-                                       std::shared_ptr<const EncodedEntry> cached,
+                                       std::shared_ptr<const EncodedEntry> cached, bool keep,
                                        SessionRelations& relations, SendTime& send_time, Bytes& out,
                                        std::size_t& produced) {
-  const std::uint64_t entry_view_id = session_view.id;
+  const std::uint64_t entry_view_id = session_view.id();
   const bool binary = params.options.binary;
   if (!cached) cached = hub.encoded_cache().find(entry_view_id, meta.end_lsn);
   while (!cached && binary) {
@@ -343,13 +344,13 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     relations.pending_types.clear();
     if (cached->publications_changed && params.reload_view) {
       PGRELAY_CO_TRY(
-          co_await reload_view(hub, params, session_view, relations, cached->publications_change));
+          co_await reload_view(params, session_view, relations, cached->publications_change));
       send_time.stamp();
     }
     co_return Status{};
   }
   std::optional<ConvertingEntry> converting;
-  if (binary) converting.emplace(hub, entry_view_id, meta.end_lsn);
+  if (binary && keep) converting.emplace(hub, entry_view_id, meta.end_lsn);
   log::ChangeView& view = session_view.view;
   view.start(meta);
   EntryEncoder encoder(view, cursor, meta);
@@ -404,11 +405,11 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     if (!paused_or_done) continue;
     if (!encoder.paused()) break;
     PGRELAY_CO_TRY(
-        co_await reload_view(hub, params, session_view, relations, view.publications_change()));
+        co_await reload_view(params, session_view, relations, view.publications_change()));
     send_time.stamp();
   }
   relations.pending_types.clear();
-  if (cacheable) {
+  if (cacheable && keep) {
     built->publications_changed = view.publications_changed();
     built->publications_change = view.publications_change();
     hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
@@ -486,11 +487,12 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   // a consumer learns of a misspelt name at once.
   if (params.view.options.refused) co_return *params.view.options.refused;
   SessionView session_view{log::ChangeView(params.view.options),
-                           hub.encoded_cache().view_id(params.view.key)};
+                           EncodedEntryCache::ViewUse(hub.encoded_cache(), params.view.key)};
   session_view.view.pause_at_publication_changes(params.reload_view != nullptr);
   auto cursor = hub.log().open_cursor(start);
   if (!cursor.ok()) co_return cursor.error();
   EntrySource source(hub.log(), std::move(*cursor), hub.encoded_cache());
+  const Lsn backlog_end = hub.log().last_end_lsn();
 
   Bytes copy_both = wire::encode(wire::CopyBothResponse{});
   PGRELAY_CO_TRY(co_await client.write(copy_both));
@@ -550,7 +552,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     std::size_t produced = 0;
     SendTime send_time;
     for (int scanned = 0; produced < kWriteChunk && scanned < kEntriesPerPass; ++scanned) {
-      auto next = source.next(session_view.id);
+      auto next = source.next(session_view.id());
       if (!next.ok()) {
         outcome = next.error();
         break;
@@ -591,9 +593,13 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       }
       streamer.end_block(out);
       if (appended.ok() && whole) {
-        appended =
-            co_await send_entry(client, hub, params, session_view, source.cursor(), m,
-                                std::move((*next)->cached), relations, send_time, out, produced);
+        // Kept for other sessions with this view to copy: the backlog the session started
+        // behind (others starting over it may follow), and whatever it sends while another
+        // session uses the view. Alone at the log's end it keeps nothing: nobody would read it.
+        const bool keep = m.end_lsn <= backlog_end || hub.encoded_cache().shared(session_view.id());
+        appended = co_await send_entry(client, hub, params, session_view, source.cursor(), m,
+                                       std::move((*next)->cached), keep, relations, send_time, out,
+                                       produced);
       }
       if (!appended.ok()) {
         outcome = appended.error();
@@ -615,7 +621,7 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     bool more_streaming = false;
     if (caught_up && !state->stopping && streamer.enabled()) {
       auto streamed =
-          streamer.stream(session_view.view.options(), session_view.id, out, kWriteChunk);
+          streamer.stream(session_view.view.options(), session_view.id(), out, kWriteChunk);
       if (!streamed.ok()) {
         outcome = streamed.error();
         streamer.end_block(out);

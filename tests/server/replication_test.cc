@@ -351,6 +351,42 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   PQfinish(b);
 }
 
+// Only another session reads a kept entry: a consumer alone on its view at the log's end keeps
+// nothing, and what it sends once a second consumer streams the same view is kept and shared.
+TEST_F(ReplicationTest, AConsumerAloneAtTheLogsEndKeepsNothingForOthers) {
+  PGconn* a = replication_connection();
+  PGconn* b = replication_connection();
+  auto create_slot = [&](PGconn* conn, const std::string& name) {
+    return command_ok(
+        conn, "CREATE_REPLICATION_SLOT \"" + name + "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
+        PGRES_TUPLES_OK);
+  };
+  ASSERT_TRUE(create_slot(a, "s_lone_a"));
+  const auto& cache = relay_->hub().encoded_cache();
+  const std::string start = " LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
+  ASSERT_TRUE(command_ok(a, "START_REPLICATION SLOT \"s_lone_a\"" + start, PGRES_COPY_BOTH));
+  pgoutput::Decoder decoder_a(pgoutput::DecoderOptions{1, false});
+  const std::size_t bytes_before = cache.bytes();
+  for (int i = 0; i < 5; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
+  Received alone = receive(a, 5, std::chrono::seconds(10), &decoder_a);
+  EXPECT_EQ(inserted_ids(alone), (std::vector<std::string>{"300", "301", "302", "303", "304"}));
+  EXPECT_EQ(cache.bytes(), bytes_before);
+
+  // A second consumer of the same view: from now on each entry is encoded once and copied.
+  ASSERT_TRUE(create_slot(b, "s_lone_b"));
+  ASSERT_TRUE(command_ok(b, "START_REPLICATION SLOT \"s_lone_b\"" + start, PGRES_COPY_BOTH));
+  pgoutput::Decoder decoder_b(pgoutput::DecoderOptions{1, false});
+  const std::size_t hits_before = cache.hits();
+  for (int i = 5; i < 10; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
+  const std::vector<std::string> shared_ids{"305", "306", "307", "308", "309"};
+  EXPECT_EQ(inserted_ids(receive(a, 5, std::chrono::seconds(10), &decoder_a)), shared_ids);
+  EXPECT_EQ(inserted_ids(receive(b, 5, std::chrono::seconds(10), &decoder_b)), shared_ids);
+  EXPECT_GT(cache.bytes(), bytes_before);
+  EXPECT_GE(cache.hits(), hits_before + 5);
+  PQfinish(a);
+  PQfinish(b);
+}
+
 // A transaction of more than a write chunk is kept and shared, and sent in several writes; one
 // larger than the cache keeps (4 MiB) is streamed to each consumer without being kept. Either
 // way each consumer gets every message once, in order, stamped when it was sent.

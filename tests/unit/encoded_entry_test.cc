@@ -1,6 +1,8 @@
 // The walsender's shared encoded entries: frames built once, stamped per send, cached by bytes.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "server/entry_encoder.h"
 #include "wire/replication_frames.h"
 
@@ -96,6 +98,41 @@ TEST(EncodedEntryCacheTest, FindsByViewAndEndLsnAndEvictsLeastRecentlyUsedPastIt
   cache.insert(a, Lsn(0x3000), entry_of(4 * one));
   EXPECT_EQ(cache.find(a, Lsn(0x3000)), nullptr);
   EXPECT_NE(cache.find(a, Lsn(0x2000)), nullptr);
+}
+
+// A view is shared while two or more sessions use it; a session that switches views leaves the
+// old one, and a use may outlive its cache.
+TEST(EncodedEntryCacheTest, AViewIsSharedWhileTwoSessionsUseIt) {
+  EncodedEntryCache cache(64u << 20);
+  auto lone = std::make_unique<EncodedEntryCache::ViewUse>(cache, "pub_a");
+  const std::uint64_t a = lone->id();
+  EXPECT_FALSE(cache.shared(a));
+  {
+    EncodedEntryCache::ViewUse second(cache, "pub_a");
+    EXPECT_EQ(second.id(), a);
+    EXPECT_TRUE(cache.shared(a));
+  }
+  EXPECT_FALSE(cache.shared(a));
+
+  EncodedEntryCache::ViewUse other(cache, "pub_b");
+  EncodedEntryCache::ViewUse mover(cache, "pub_a");
+  EXPECT_TRUE(cache.shared(a));
+  EXPECT_FALSE(cache.shared(other.id()));
+  mover.switch_to("pub_b");
+  EXPECT_EQ(mover.id(), other.id());
+  EXPECT_FALSE(cache.shared(a));
+  EXPECT_TRUE(cache.shared(other.id()));
+  mover.switch_to("pub_b");  // the same view: no change
+  EXPECT_TRUE(cache.shared(other.id()));
+  lone.reset();
+  EXPECT_FALSE(cache.shared(a));
+
+  std::unique_ptr<EncodedEntryCache::ViewUse> outliving;
+  {
+    EncodedEntryCache gone(1024);
+    outliving = std::make_unique<EncodedEntryCache::ViewUse>(gone, "pub_x");
+  }
+  outliving.reset();  // after its cache: touches only what it shares with it (ASan checks)
 }
 
 }  // namespace
