@@ -303,8 +303,8 @@ class ConvertingEntry {
 
 // Sends one log entry: from the shared cache when another session (or this one) encoded it
 // through the same view (`cached`, when the entry source took it from there), else encoded
-// here and, when `keep`, offered to the cache. Frames collect in `out`, written whenever it passes
-// kWriteChunk, and `produced` grows by their size; an entry larger than kMaxCachedEntry is
+// here and kept for others (see the end). Frames collect in `out`, written whenever it
+// passes kWriteChunk, and `produced` grows by their size; an entry larger than kMaxCachedEntry is
 // streamed without being kept, so a huge transaction never sits in memory whole. A
 // publications-changed marker reloads the view where it is (so a cached entry that had one was
 // encoded through the view that followed it, and its reader reloads after it). In binary mode
@@ -317,7 +317,7 @@ constexpr std::size_t kMaxCachedEntry = 4u << 20;
 upstream::awaitable<Status> send_entry(upstream::MessageStream& client, ReplicationHub& hub,
                                        const WalsenderParams& params, SessionView& session_view,
                                        log::Cursor& cursor, const log::EntryMeta& meta,
-                                       std::shared_ptr<const EncodedEntry> cached, bool keep,
+                                       std::shared_ptr<const EncodedEntry> cached,
                                        SessionRelations& relations, SendTime& send_time, Bytes& out,
                                        std::size_t& produced) {
   const std::uint64_t entry_view_id = session_view.id();
@@ -350,7 +350,7 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     co_return Status{};
   }
   std::optional<ConvertingEntry> converting;
-  if (binary && keep) converting.emplace(hub, entry_view_id, meta.end_lsn);
+  if (binary) converting.emplace(hub, entry_view_id, meta.end_lsn);
   log::ChangeView& view = session_view.view;
   view.start(meta);
   EntryEncoder encoder(view, cursor, meta);
@@ -409,7 +409,12 @@ upstream::awaitable<Status> send_entry(upstream::MessageStream& client, Replicat
     send_time.stamp();
   }
   relations.pending_types.clear();
-  if (cacheable && keep) {
+  // Kept for other sessions with this view to copy: when another uses it now, and in binary
+  // mode always (a consumer starting after this one over the same entries would otherwise
+  // convert them through the upstream again). A text-mode session alone on its view keeps
+  // nothing: keeping cost more than encoding (one consumer's drain of a 30,000-entry backlog
+  // took 1.5-2.4x as long with every entry kept).
+  if (cacheable && (binary || hub.encoded_cache().shared(entry_view_id))) {
     built->publications_changed = view.publications_changed();
     built->publications_change = view.publications_change();
     hub.encoded_cache().insert(entry_view_id, meta.end_lsn, std::move(built));
@@ -492,7 +497,6 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   auto cursor = hub.log().open_cursor(start);
   if (!cursor.ok()) co_return cursor.error();
   EntrySource source(hub.log(), std::move(*cursor), hub.encoded_cache());
-  const Lsn backlog_end = hub.log().last_end_lsn();
 
   Bytes copy_both = wire::encode(wire::CopyBothResponse{});
   PGRELAY_CO_TRY(co_await client.write(copy_both));
@@ -593,13 +597,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       }
       streamer.end_block(out);
       if (appended.ok() && whole) {
-        // Kept for other sessions with this view to copy: the backlog the session started
-        // behind (others starting over it may follow), and whatever it sends while another
-        // session uses the view. Alone at the log's end it keeps nothing: nobody would read it.
-        const bool keep = m.end_lsn <= backlog_end || hub.encoded_cache().shared(session_view.id());
-        appended = co_await send_entry(client, hub, params, session_view, source.cursor(), m,
-                                       std::move((*next)->cached), keep, relations, send_time, out,
-                                       produced);
+        appended =
+            co_await send_entry(client, hub, params, session_view, source.cursor(), m,
+                                std::move((*next)->cached), relations, send_time, out, produced);
       }
       if (!appended.ok()) {
         outcome = appended.error();

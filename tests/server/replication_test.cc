@@ -307,6 +307,27 @@ TEST_F(ReplicationTest, SlotWithExportedSnapshotAndStreaming) {
   (void)consistent;
 }
 
+::testing::AssertionResult create_slot(PGconn* conn, const std::string& name) {
+  return command_ok(
+      conn, "CREATE_REPLICATION_SLOT \"" + name + "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
+      PGRES_TUPLES_OK);
+}
+
+::testing::AssertionResult start_pub1(PGconn* conn, const std::string& slot) {
+  return command_ok(conn,
+                    "START_REPLICATION SLOT \"" + slot +
+                        "\" LOGICAL 0/0 (proto_version '1', publication_names 'pub1')",
+                    PGRES_COPY_BOTH);
+}
+
+// The cache keeps entries only for a view two sessions use: a session on `slot` (made now, so
+// at the log's end, and sent nothing) holds pub1's view while the test's consumers take turns.
+PGconn* hold_pub1_view(PGconn* conn, const std::string& slot) {
+  EXPECT_TRUE(create_slot(conn, slot));
+  EXPECT_TRUE(start_pub1(conn, slot));
+  return conn;
+}
+
 TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   PGconn* a = replication_connection();
   PGconn* b = replication_connection();
@@ -322,6 +343,7 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   for (int i = 0; i < kTransactions; ++i) {
     append_insert(relay_->log(), oid_of("t1"), "t1", 100 + i, 800 + i);
   }
+  PGconn* holder = hold_pub1_view(replication_connection(), "s_share_holder");
   const auto& cache = relay_->hub().encoded_cache();
   const std::size_t hits_before = cache.hits();
   const std::size_t follows_before = cache.follows();
@@ -349,36 +371,35 @@ TEST_F(ReplicationTest, ConsumersOfTheSameViewShareEncodedEntries) {
   }
   PQfinish(a);
   PQfinish(b);
+  PQfinish(holder);
 }
 
-// Only another session reads a kept entry: a consumer alone on its view at the log's end keeps
-// nothing, and what it sends once a second consumer streams the same view is kept and shared.
-TEST_F(ReplicationTest, AConsumerAloneAtTheLogsEndKeepsNothingForOthers) {
+// Only another session reads a kept entry: a consumer alone on its view keeps nothing, neither
+// of a backlog nor live, and what it sends once a second consumer streams the same view is kept
+// and shared.
+TEST_F(ReplicationTest, AConsumerAloneOnItsViewKeepsNothingForOthers) {
   PGconn* a = replication_connection();
   PGconn* b = replication_connection();
-  auto create_slot = [&](PGconn* conn, const std::string& name) {
-    return command_ok(
-        conn, "CREATE_REPLICATION_SLOT \"" + name + "\" LOGICAL pgoutput (SNAPSHOT 'nothing')",
-        PGRES_TUPLES_OK);
-  };
   ASSERT_TRUE(create_slot(a, "s_lone_a"));
   const auto& cache = relay_->hub().encoded_cache();
-  const std::string start = " LOGICAL 0/0 (proto_version '1', publication_names 'pub1')";
-  ASSERT_TRUE(command_ok(a, "START_REPLICATION SLOT \"s_lone_a\"" + start, PGRES_COPY_BOTH));
-  pgoutput::Decoder decoder_a(pgoutput::DecoderOptions{1, false});
   const std::size_t bytes_before = cache.bytes();
   for (int i = 0; i < 5; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
-  Received alone = receive(a, 5, std::chrono::seconds(10), &decoder_a);
-  EXPECT_EQ(inserted_ids(alone), (std::vector<std::string>{"300", "301", "302", "303", "304"}));
+  ASSERT_TRUE(start_pub1(a, "s_lone_a"));
+  pgoutput::Decoder decoder_a(pgoutput::DecoderOptions{1, false});
+  Received backlog = receive(a, 5, std::chrono::seconds(10), &decoder_a);
+  EXPECT_EQ(inserted_ids(backlog), (std::vector<std::string>{"300", "301", "302", "303", "304"}));
+  for (int i = 5; i < 10; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
+  Received live = receive(a, 5, std::chrono::seconds(10), &decoder_a);
+  EXPECT_EQ(inserted_ids(live), (std::vector<std::string>{"305", "306", "307", "308", "309"}));
   EXPECT_EQ(cache.bytes(), bytes_before);
 
   // A second consumer of the same view: from now on each entry is encoded once and copied.
   ASSERT_TRUE(create_slot(b, "s_lone_b"));
-  ASSERT_TRUE(command_ok(b, "START_REPLICATION SLOT \"s_lone_b\"" + start, PGRES_COPY_BOTH));
+  ASSERT_TRUE(start_pub1(b, "s_lone_b"));
   pgoutput::Decoder decoder_b(pgoutput::DecoderOptions{1, false});
   const std::size_t hits_before = cache.hits();
-  for (int i = 5; i < 10; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
-  const std::vector<std::string> shared_ids{"305", "306", "307", "308", "309"};
+  for (int i = 10; i < 15; ++i) append_insert(relay_->log(), oid_of("t1"), "t1", 300 + i, 1300 + i);
+  const std::vector<std::string> shared_ids{"310", "311", "312", "313", "314"};
   EXPECT_EQ(inserted_ids(receive(a, 5, std::chrono::seconds(10), &decoder_a)), shared_ids);
   EXPECT_EQ(inserted_ids(receive(b, 5, std::chrono::seconds(10), &decoder_b)), shared_ids);
   EXPECT_GT(cache.bytes(), bytes_before);
@@ -402,6 +423,7 @@ TEST_F(ReplicationTest, LargeTransactionsAreSentWholeFromTheCacheOrStreamed) {
   constexpr std::size_t kNote = 64 * 1024;
   append_wide_transaction(relay_->log(), oid_of("t1"), "t1", 5000, 900, 10, kNote);  // 640 KiB
   append_wide_transaction(relay_->log(), oid_of("t1"), "t1", 6000, 901, 80, kNote);  // 5 MiB
+  PGconn* holder = hold_pub1_view(replication_connection(), "s_large_holder");
   const std::size_t hits_before = relay_->hub().encoded_cache().hits();
   const std::int64_t started = wire::to_pg_timestamp(std::chrono::system_clock::now());
   std::vector<Received> got;
@@ -439,6 +461,7 @@ TEST_F(ReplicationTest, LargeTransactionsAreSentWholeFromTheCacheOrStreamed) {
   EXPECT_EQ(relay_->hub().encoded_cache().hits(), hits_before + 1);
   PQfinish(a);
   PQfinish(b);
+  PQfinish(holder);
 }
 
 TEST_F(ReplicationTest, BadStartOptionsGetPostgresErrors) {
