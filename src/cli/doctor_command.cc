@@ -13,6 +13,7 @@
 
 #include "cli/doctor_checks.h"
 #include "cli/doctor_facts.h"
+#include "upstream/upstream_config.h"
 
 namespace pgrelay::cli {
 namespace {
@@ -248,6 +249,13 @@ int run_doctor(const DoctorOptions& options) {
       }
     }
     PQconninfoFree(parsed);
+    // A parameter `pgrelay serve` would refuse is this URL's first problem.
+    auto config = upstream::UpstreamConfig::parse(options.url);
+    if (!config.ok() && config.error().sqlstate == sqlstate::kFeatureNotSupported) {
+      std::fprintf(stderr, "pgrelay doctor: %s\nHINT: %s\n",
+                   redact(config.error().message).c_str(), redact(config.error().hint).c_str());
+      return 2;
+    }
   }
 
   ConnPtr conn = connect(options.url);

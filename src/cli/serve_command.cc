@@ -102,7 +102,11 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
                       "The upstream server, as a libpq URL or conninfo string, e.g.\n"
                       "postgres://app:secret@db.example.com:5432/app?sslmode=require. Clients\n"
                       "log in to pgrelay with this user and password unless --users/--user\n"
-                      "name others. Default: a private PostgreSQL in DATA_DIR/pg."),
+                      "name others. Besides sslmode and sslrootcert, pgrelay's own connections\n"
+                      "take application_name, connect_timeout, options, keepalives*,\n"
+                      "tcp_user_timeout and target_session_attrs from it; a parameter pgrelay\n"
+                      "cannot honour (sslcert, for one) is refused, not ignored.\n"
+                      "Default: a private PostgreSQL in DATA_DIR/pg."),
       "PGRELAY_UPSTREAM");
   env(cmd->add_option("--database", options.databases,
                       "Private PostgreSQL only: create this database if missing (repeatable),\n"

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pgrelay::upstream {
 namespace {
@@ -31,6 +32,84 @@ Result<SslMode> parse_sslmode(std::string_view text) {
   return Error::make(sqlstate::kInvalidParameterValue,
                      "invalid sslmode value: \"" + std::string(text) + "\"",
                      "Use disable, allow, prefer, require, verify-ca or verify-full.");
+}
+
+// What pgrelay does with each libpq parameter a URL may carry, beyond those UpstreamConfig
+// holds (host, hostaddr, port, user, password, dbname, sslmode, sslrootcert).
+struct ParameterRule {
+  std::string_view name;
+  // Values accepted (empty: any), and why others are refused.
+  std::vector<std::string_view> accepted;
+  std::string_view refusal;
+};
+
+// Handed on to pgrelay's libpq connections.
+constexpr std::string_view kPassedOn[] = {"application_name",
+                                          "fallback_application_name",
+                                          "connect_timeout",
+                                          "options",
+                                          "keepalives",
+                                          "keepalives_idle",
+                                          "keepalives_interval",
+                                          "keepalives_count",
+                                          "tcp_user_timeout",
+                                          "target_session_attrs",
+                                          "sslsni",
+                                          "sslcompression"};
+
+// Accepted only with the values that describe what pgrelay's own upstream login does anyway
+// (it uses channel binding whenever the upstream offers it over TLS, and never GSSAPI); then
+// handed on to libpq as well.
+const ParameterRule kLimited[] = {
+    {"channel_binding",
+     {"prefer"},
+     "pgrelay uses channel binding whenever the upstream offers it over TLS, as "
+     "channel_binding=prefer does; it cannot require or refuse it yet."},
+    {"gssencmode", {"disable", "prefer"}, "pgrelay does not use GSSAPI encryption."},
+};
+
+bool passed_on(std::string_view name) {
+  for (std::string_view p : kPassedOn) {
+    if (p == name) return true;
+  }
+  return false;
+}
+
+bool held(std::string_view name) {
+  for (std::string_view h :
+       {"host", "hostaddr", "port", "user", "password", "dbname", "sslmode", "sslrootcert"}) {
+    if (h == name) return true;
+  }
+  return false;
+}
+
+Error unsupported_parameter(std::string_view shown, std::string_view why,
+                            std::string_view instead) {
+  return Error::make(
+      sqlstate::kFeatureNotSupported,
+      "the upstream connection parameter \"" + std::string(shown) + "\" is not supported",
+      std::string(why) + " " + std::string(instead) +
+          " pgrelay uses host, port, user, password, dbname, sslmode and "
+          "sslrootcert, and hands application_name, connect_timeout, options, "
+          "keepalives*, tcp_user_timeout, target_session_attrs, sslsni and "
+          "sslcompression on to its own connections.");
+}
+
+std::string_view refusal_of(std::string_view name) {
+  if (name == "sslcert" || name == "sslkey" || name == "sslpassword") {
+    return "Client certificates for the upstream are not supported yet.";
+  }
+  if (name == "sslcrl" || name == "sslcrldir") {
+    return "Certificate revocation lists for the upstream are not supported yet.";
+  }
+  if (name == "ssl_min_protocol_version" || name == "ssl_max_protocol_version") {
+    return "pgrelay's TLS to the upstream does not take a protocol version range yet.";
+  }
+  if (name == "passfile" || name == "service") {
+    return "pgrelay reads no password or service file: give the password in the URL or in "
+           "PGPASSWORD.";
+  }
+  return "pgrelay would not honour it on every connection it makes to the upstream.";
 }
 
 }  // namespace
@@ -110,6 +189,28 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
     config.sslmode = *mode;
   }
   config.sslrootcert = lookup(options.get(), "sslrootcert");
+  for (const PQconninfoOption* o = options.get(); o && o->keyword; ++o) {
+    if (o->val == nullptr || held(o->keyword)) continue;
+    const std::string_view name = o->keyword;
+    const std::string_view given = o->val;
+    bool accepted = passed_on(name);
+    for (const ParameterRule& rule : kLimited) {
+      if (rule.name != name) continue;
+      std::string values;
+      for (std::string_view v : rule.accepted) {
+        accepted |= v == given;
+        values += (values.empty() ? "" : " or ") + std::string(name) + "=" + std::string(v);
+      }
+      if (!accepted) {
+        return unsupported_parameter(std::string(name) + "=" + std::string(given), rule.refusal,
+                                     "Give " + values + ", or leave it out.");
+      }
+    }
+    if (!accepted) {
+      return unsupported_parameter(name, refusal_of(name), "Remove it from the upstream URL.");
+    }
+    config.libpq_parameters.emplace_back(name, given);
+  }
   return config;
 }
 
@@ -122,6 +223,10 @@ std::string UpstreamConfig::conninfo(std::string_view database) const {
                     " fallback_application_name=pgrelay";
   if (!password.empty()) out += " password=" + quote_conninfo_value(password);
   if (!sslrootcert.empty()) out += " sslrootcert=" + quote_conninfo_value(sslrootcert);
+  // Last, so that the user's application_name and the like win over pgrelay's.
+  for (const auto& [name, value] : libpq_parameters) {
+    out += " " + name + "=" + quote_conninfo_value(value);
+  }
   return out;
 }
 

@@ -103,12 +103,15 @@ def apply_fixes(env, target, names):
         env.psql_admin(sql)
 
 
-def serve_starts(env, upstream):
-    """Whether `pgrelay serve` with this upstream prints its ready line (then stops it)."""
+def serve_starts(env, upstream, while_ready=None, stderr=None):
+    """Whether `pgrelay serve` with this upstream prints its ready line (then calls while_ready
+    and stops it). stderr: a list that gets what it wrote there."""
     data_dir = os.path.join(env.base, "serve-%d" % time.monotonic_ns())
+    err_path = data_dir + ".err"
+    err_file = open(err_path, "wb")
     proc = env.spawn([env.pgrelay, "serve", "--upstream", upstream, "--listen",
                       "127.0.0.1:%d" % free_port(), "--data-dir", data_dir, "--no-tls"],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                     stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     out = b""
     while time.monotonic() < deadline and b"\n" not in out:
@@ -121,13 +124,21 @@ def serve_starts(env, upstream):
         elif proc.poll() is not None:
             break
     ok = out.startswith(b"pgrelay ready: ")
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    try:
+        if ok and while_ready:
+            while_ready()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        err_file.close()
+        if stderr is not None:
+            with open(err_path, "rb") as f:
+                stderr.append(f.read().decode("utf-8", "replace"))
     return ok
 
 
@@ -503,6 +514,32 @@ def body(env):
 
     env.check("wal_level=logical: native-side checks (REPLICATION, slots, prepared transactions)",
               native_settings)
+
+    def upstream_parameters():
+        # Parameters of the upstream URL reach pgrelay's own connections as given.
+        def named_connections():
+            names = admin_value(env, "SELECT string_agg(DISTINCT application_name, ',') FROM "
+                                     "pg_stat_activity WHERE application_name LIKE 'relay e2e%'")
+            expect_eq(names, "relay e2e app", "pgrelay's connections, named by the URL")
+        expect(serve_starts(env, url(env, sslmode="disable", application_name="relay e2e app",
+                                     connect_timeout=9, options="-c work_mem=77MB"),
+                            while_ready=named_connections),
+               "serve starts with application_name, connect_timeout and options in its URL")
+        # One it cannot honour on every connection is refused by name, not dropped.
+        err = []
+        expect(not serve_starts(env, url(env, sslmode="require", sslcert="/nonexistent.crt",
+                                         sslkey="/nonexistent.key"), stderr=err),
+               "serve refuses a client certificate in the upstream URL")
+        expect('"sslcert" is not supported' in err[0] and "0A000" in err[0] and
+               "Client certificates" in err[0], "the refusal names the parameter", got=err[0])
+        expect(PASSWORD not in err[0], "no password in the refusal", got=err[0])
+        code, out, err = run_doctor(env, url(env, sslmode="require", sslcert="/nonexistent.crt"))
+        expect_eq(code, 2, "doctor's exit status on a URL serve would refuse")
+        expect('"sslcert" is not supported' in err and "HINT: Client certificates" in err,
+               "doctor says why", got=err)
+
+    env.check("upstream URL: behaviour parameters reach pgrelay's connections, others refused",
+              upstream_parameters)
 
     def databases():
         env.psql_admin("CREATE DATABASE doctor_other", db="postgres")
