@@ -252,8 +252,8 @@ int run_doctor(const DoctorOptions& options) {
     // A parameter `pgrelay serve` would refuse is this URL's first problem.
     auto config = upstream::UpstreamConfig::parse(options.url);
     if (!config.ok() && config.error().sqlstate == sqlstate::kFeatureNotSupported) {
-      std::fprintf(stderr, "pgrelay doctor: %s\nHINT: %s\n",
-                   redact(config.error().message).c_str(), redact(config.error().hint).c_str());
+      std::fprintf(stderr, "pgrelay doctor: %s\nHINT: %s\n", redact(config.error().message).c_str(),
+                   redact(config.error().hint).c_str());
       return 2;
     }
   }

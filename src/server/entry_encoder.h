@@ -119,9 +119,9 @@ class EncodedEntryCache {
   // equal keys: looked up once per session, so the lookups per entry hash two integers.
   std::uint64_t view_id(const std::string& view_key);
   // Whether two or more sessions use the view now (ViewUse). Only another session ever reads
-  // a kept entry: a walsender alone on its view keeps nothing (see walsender.cc), which
-  // spares it the allocations, the index and, while the cache grows to its bound, the page
-  // faults.
+  // a kept entry: a text-mode walsender alone on its view keeps nothing (see walsender.cc),
+  // which spares it the allocations, the index and, while the cache grows to its bound, the
+  // page faults.
   bool shared(std::uint64_t view_id) const;
   std::shared_ptr<const EncodedEntry> find(std::uint64_t view_id, Lsn end_lsn);
   void insert(std::uint64_t view_id, Lsn end_lsn, std::shared_ptr<const EncodedEntry> entry);
