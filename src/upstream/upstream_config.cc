@@ -3,10 +3,14 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "base/strings.h"
 
 namespace pgrelay::upstream {
 namespace {
@@ -34,16 +38,11 @@ Result<SslMode> parse_sslmode(std::string_view text) {
                      "Use disable, allow, prefer, require, verify-ca or verify-full.");
 }
 
-// What pgrelay does with each libpq parameter a URL may carry, beyond those UpstreamConfig
-// holds (host, hostaddr, port, user, password, dbname, sslmode, sslrootcert).
-struct ParameterRule {
-  std::string_view name;
-  // Values accepted (empty: any), and why others are refused.
-  std::vector<std::string_view> accepted;
-  std::string_view refusal;
-};
+// The libpq parameters UpstreamConfig holds itself.
+constexpr std::string_view kHeld[] = {"host",     "hostaddr", "port",    "user",
+                                      "password", "dbname",   "sslmode", "sslrootcert"};
 
-// Handed on to pgrelay's libpq connections.
+// Handed on to pgrelay's libpq connections as given.
 constexpr std::string_view kPassedOn[] = {"application_name",
                                           "fallback_application_name",
                                           "connect_timeout",
@@ -57,9 +56,14 @@ constexpr std::string_view kPassedOn[] = {"application_name",
                                           "sslsni",
                                           "sslcompression"};
 
-// Accepted only with the values that describe what pgrelay's own upstream login does anyway
-// (it uses channel binding whenever the upstream offers it over TLS, and never GSSAPI); then
-// handed on to libpq as well.
+// A parameter accepted only with the values that describe what pgrelay's own upstream login
+// does anyway (it uses channel binding whenever the upstream offers it over TLS, and never
+// GSSAPI), then handed on to libpq as well; `refusal` says why other values are refused.
+struct ParameterRule {
+  std::string_view name;
+  std::vector<std::string_view> accepted;
+  std::string_view refusal;
+};
 const ParameterRule kLimited[] = {
     {"channel_binding",
      {"prefer"},
@@ -68,19 +72,14 @@ const ParameterRule kLimited[] = {
     {"gssencmode", {"disable", "prefer"}, "pgrelay does not use GSSAPI encryption."},
 };
 
-bool passed_on(std::string_view name) {
-  for (std::string_view p : kPassedOn) {
-    if (p == name) return true;
-  }
-  return false;
+template <std::size_t N>
+bool listed(const std::string_view (&names)[N], std::string_view name) {
+  return std::ranges::find(names, name) != std::end(names);
 }
 
-bool held(std::string_view name) {
-  for (std::string_view h :
-       {"host", "hostaddr", "port", "user", "password", "dbname", "sslmode", "sslrootcert"}) {
-    if (h == name) return true;
-  }
-  return false;
+template <std::size_t N>
+std::string joined(const std::string_view (&names)[N]) {
+  return join(std::vector<std::string>(std::begin(names), std::end(names)));
 }
 
 Error unsupported_parameter(std::string_view shown, std::string_view why,
@@ -88,11 +87,8 @@ Error unsupported_parameter(std::string_view shown, std::string_view why,
   return Error::make(
       sqlstate::kFeatureNotSupported,
       "the upstream connection parameter \"" + std::string(shown) + "\" is not supported",
-      std::string(why) + " " + std::string(instead) +
-          " pgrelay uses host, port, user, password, dbname, sslmode and "
-          "sslrootcert, and hands application_name, connect_timeout, options, "
-          "keepalives*, tcp_user_timeout, target_session_attrs, sslsni and "
-          "sslcompression on to its own connections.");
+      std::string(why) + " " + std::string(instead) + " pgrelay uses " + joined(kHeld) +
+          ", and hands " + joined(kPassedOn) + " on to its own connections.");
 }
 
 std::string_view refusal_of(std::string_view name) {
@@ -190,10 +186,10 @@ Result<UpstreamConfig> UpstreamConfig::parse(std::string_view url_or_conninfo) {
   }
   config.sslrootcert = lookup(options.get(), "sslrootcert");
   for (const PQconninfoOption* o = options.get(); o && o->keyword; ++o) {
-    if (o->val == nullptr || held(o->keyword)) continue;
+    if (o->val == nullptr || listed(kHeld, o->keyword)) continue;
     const std::string_view name = o->keyword;
     const std::string_view given = o->val;
-    bool accepted = passed_on(name);
+    bool accepted = listed(kPassedOn, name);
     for (const ParameterRule& rule : kLimited) {
       if (rule.name != name) continue;
       std::string values;
