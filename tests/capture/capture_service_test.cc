@@ -396,6 +396,39 @@ TEST_F(CaptureServiceTest, OneNotificationPerWritingTransaction) {
   EXPECT_EQ(n, 2);
 }
 
+// After a poll that found work the service polls every min_poll for busy_grace before it backs
+// off: at a steady rate of fewer commits than polls many polls find nothing, and doubling the
+// wait after each of those made one wait in ten 500 us to 1 ms at 1000 tx/s.
+TEST_F(CaptureServiceTest, PollsStayAtMinPollForTheGraceAfterAFind) {
+  create_table("grace_t", "(id int PRIMARY KEY)");
+  int next_id = 1;
+  // The polls in the 300 ms after a poll that found a transaction.
+  auto polls_after_a_find = [&](std::chrono::microseconds grace) -> std::uint64_t {
+    auto o = service_options();
+    o.install.tables.push_back({"public", "grace_t"});
+    o.min_poll = 2ms;
+    o.max_poll = 10s;
+    o.busy_grace = grace;
+    o.detect_interval = 60s;
+    auto svc = CaptureService::start(o, *log_);
+    EXPECT_TRUE(svc.ok()) << svc.error().to_string();
+    if (!svc.ok()) return 0;
+    std::this_thread::sleep_for(200ms);  // idle: backed off (and waiting on NOTIFY)
+    const auto before = (*svc)->stats().transactions;
+    server_->exec("INSERT INTO grace_t VALUES (" + std::to_string(next_id++) + ")");
+    EXPECT_TRUE(wait_for([&] { return (*svc)->stats().transactions > before; }, 5s));
+    const auto polls = (*svc)->stats().polls;
+    std::this_thread::sleep_for(300ms);
+    const auto after = (*svc)->stats().polls - polls;
+    (*svc)->stop();
+    return after;
+  };
+  // Every 2 ms plus the poll's own time (a few ms under sanitizers): well over 40.
+  EXPECT_GE(polls_after_a_find(10s), 40u);
+  // Without grace: 2, 4, 8, ... 256 ms, about 8 polls.
+  EXPECT_LE(polls_after_a_find(0us), 15u);
+}
+
 TEST_F(CaptureServiceTest, ServiceWakesOnNotifySyncsAndReconnects) {
   create_table("svc_t", "(id int PRIMARY KEY, v text)");
   auto o = service_options();

@@ -124,9 +124,13 @@ class TriggerCaptureTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.error().to_string();
   }
 
-  void start_poller(const std::string& conninfo = {}, std::size_t batch_entries = 10000) {
+  // Unlike the default, each capture() releases what the one before it appended, unless a
+  // `release_interval` says otherwise.
+  void start_poller(const std::string& conninfo = {}, std::size_t batch_entries = 10000,
+                    std::chrono::microseconds release_interval = {}) {
     PollerOptions o;
     o.batch_entries = batch_entries;
+    o.release_interval = release_interval;
     o.conninfo = conninfo.empty() ? server_->conninfo() : conninfo;
     o.spill_dir = dir_ + "/spill";
     auto p = TriggerPoller::open(o, *log_);
@@ -758,6 +762,49 @@ TEST_F(TriggerCaptureTest, AnEmptyPollReadsItsResultToTheEndInsteadOfCancellingI
   EXPECT_EQ(capture(), 0u);
   EXPECT_EQ(poller_->session().cancels_sent(), 0u);
   EXPECT_EQ(read_log().size(), 1u);
+}
+
+// A release commits with a wait for the upstream's WAL flush, which the next poll waits for:
+// capture() releases at most once per release_interval, and the change table keeps what later
+// captures appended until then; a restart still appends nothing twice.
+TEST_F(TriggerCaptureTest, CaptureReleasesAtMostOncePerReleaseInterval) {
+  create_table("ri", "(id int PRIMARY KEY)");
+  install_tables({"ri"});
+  start_poller({}, 10000, std::chrono::seconds(2));
+  auto capture = [&] {
+    auto r = poller_->capture();
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
+    return r.ok() ? r->transactions : 99u;
+  };
+  auto rows_upstream = [&] { return server_->scalar("SELECT count(*) FROM _pgrelay.changes"); };
+  server_->exec("INSERT INTO ri VALUES (1)");
+  EXPECT_EQ(capture(), 1u);
+  server_->exec("INSERT INTO ri VALUES (2)");
+  EXPECT_EQ(capture(), 1u);  // the first release of this poller: row 1 goes
+  EXPECT_EQ(rows_upstream(), "1");
+  server_->exec("INSERT INTO ri VALUES (3)");
+  EXPECT_EQ(capture(), 1u);
+  EXPECT_EQ(capture(), 0u);
+  EXPECT_EQ(rows_upstream(), "2");  // rows 2 and 3 wait for the interval
+  // A crash now: the restarted poller finds rows 2 and 3 upstream and appends neither again.
+  poller_.reset();
+  log_.reset();
+  open_log();
+  start_poller({}, 10000, std::chrono::seconds(2));
+  server_->exec("INSERT INTO ri VALUES (4)");
+  EXPECT_EQ(capture(), 1u);  // a new poller releases at its first capture: rows 2 and 3 go
+  EXPECT_EQ(capture(), 0u);
+  EXPECT_EQ(rows_upstream(), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  server_->exec("INSERT INTO ri VALUES (5)");
+  EXPECT_EQ(capture(), 1u);  // the interval has passed: row 4 goes
+  EXPECT_EQ(rows_upstream(), "1");
+  std::vector<std::string> ids;
+  for (const auto& t : read_log()) {
+    for (const auto& c : data_changes(t))
+      ids.push_back(*texts(std::get<pgoutput::Insert>(c).new_tuple)[0]);
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"1", "2", "3", "4", "5"}));
 }
 
 // pgrelay installs again at every start. With nothing to upgrade, that takes no lock that a

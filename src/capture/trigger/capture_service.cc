@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -212,8 +213,12 @@ void CaptureService::run_tasks() {
 }
 
 void CaptureService::run() {
-  // The wait after the next poll that finds nothing.
+  // This thread's waits are commit-to-log latency: the default timer slack of 50 us made a
+  // 250 us wait 336 us at p50 (283 us with 1 ns).
+  (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  // The wait after the next poll that finds nothing, once busy_grace has passed.
   std::chrono::microseconds idle = options_.min_poll;
+  Clock::time_point last_found;
   std::chrono::milliseconds backoff = options_.reconnect_min;
   while (!stopping_) {
     run_tasks();
@@ -238,9 +243,11 @@ void CaptureService::run() {
     }
     backoff = options_.reconnect_min;
     std::chrono::microseconds interval = options_.min_poll;
-    if (found) {
+    const Clock::time_point now = Clock::now();
+    if (found) last_found = now;
+    if (found || now - last_found < options_.busy_grace) {
       idle = options_.min_poll;
-      if (armed_ != false) set_armed(false);
+      if (found && armed_ != false) set_armed(false);
     } else {
       // Without notifications an idle service must look more often to keep latency down.
       const std::chrono::microseconds idle_cap =

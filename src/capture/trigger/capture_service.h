@@ -7,8 +7,8 @@
 //
 // The capture thread owns two upstream connections: the poller's, and one that LISTENs on the
 // channel the triggers notify (the install schema's name). It polls when notified, and
-// otherwise on an adaptive interval: min_poll after a poll that found something and after the
-// first that found nothing, doubling up to max_poll while idle (the fallback for a lost
+// otherwise on an adaptive interval: min_poll while polls find something and for busy_grace
+// after the last that did, then doubling up to max_poll while idle (the fallback for a lost
 // notification; an idle upstream costs one small read-only poll per max_poll).
 //
 // Wake-ups are coalesced twice. A capture trigger runs once per statement and calls pg_notify
@@ -63,6 +63,10 @@ struct CaptureServiceOptions {
   // (the old default) 2.9 ms at 340 polls/s. Notifying on every commit instead was worse (p50
   // 5.4 / p99 14.7 ms), and cut unthrottled writes from about 3,000 to 1,300 tx/s.
   std::chrono::microseconds min_poll{250}, max_poll{1'000'000};
+  // How long after the last poll that found work the interval stays at min_poll. At 1000 tx/s
+  // a poll shorter than the gap between commits often finds nothing; backing off at once made
+  // one wait in ten 500 us to 1 ms (p90 0.60-0.98 ms against 0.34 ms with 10 ms of grace).
+  std::chrono::microseconds busy_grace{10'000};
   std::chrono::milliseconds detect_interval{1000};
   std::chrono::milliseconds reconnect_min{100}, reconnect_max{5000};
 };

@@ -662,6 +662,7 @@ void TriggerPoller::released() {
   // Every row of a transaction visible in it is gone; those left are of later transactions,
   // none below its xmin (such a transaction is visible in it or aborted).
   released_floor_ = persisted_snapshot_;
+  released_at_ = std::chrono::steady_clock::now();
 }
 
 Result<std::unique_ptr<RowStream>> TriggerPoller::read_changes(bool releasing) {
@@ -750,7 +751,9 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
     PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
-  const bool releasing = release_pending_ && !in_transaction;
+  const bool releasing =
+      release_pending_ && !in_transaction &&
+      std::chrono::steady_clock::now() - released_at_ >= options_.release_interval;
   // The builder (and its spill file) outlives the stream, which must end before the rollback.
   log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
   HopTrace* trace = log_.options().hop_trace;
