@@ -183,7 +183,9 @@ struct ChangeLog::ActiveSegment {
   std::uint64_t seq = 0;
   std::string path;
   FileHandle file;
-  std::uint64_t size = 0;
+  std::uint64_t size = 0;  // where its data ends
+  // The file is allocated past its data (zeros there), up to segment_size.
+  bool preallocated = false;
   SegmentInfo info;
   std::vector<IndexPoint> index;
 };
@@ -344,17 +346,31 @@ Status ChangeLog::scan_active_segment() {
   auto scan = scan_segment(active_->file.get(), active_->path, *size, options_.index_interval,
                            options_.read_buffer);
   if (!scan.ok()) return scan.error();
+  // Past the whole batches: zeros where the segment was preallocated, and possibly the torn
+  // tail of the batch being written when the process died (nothing in it was acknowledged,
+  // because acknowledgement follows the write of the whole batch).
+  std::uint64_t written_end = scan->valid_end;
   if (scan->valid_end < *size) {
-    recovered_truncated_bytes_ = *size - scan->valid_end;
+    auto end = end_of_nonzero(active_->file.get(), scan->valid_end, *size, active_->path);
+    if (!end.ok()) return end.error();
+    written_end = *end;
+  }
+  if (written_end > scan->valid_end) {
+    recovered_truncated_bytes_ = written_end - scan->valid_end;
     torn_tail_reason_ = scan->stop_reason;
   }
-  if (scan->valid_end < *size && !options_.read_only) {
-    // A torn tail: the batch being written when the process died. Nothing in it was
-    // acknowledged, because acknowledgement follows the write of the whole batch.
+  active_->preallocated = *size > scan->valid_end && written_end == scan->valid_end;
+  if (written_end > scan->valid_end && !options_.read_only) {
+    // Truncated rather than zeroed in place: no piece of the torn batch stays in the file.
     if (::ftruncate(active_->file.get(), static_cast<off_t>(scan->valid_end)) != 0) {
       return io_error("truncate torn tail of", active_->path, errno);
     }
     PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+  }
+  if (!active_->preallocated && !options_.read_only) {
+    active_->preallocated =
+        preallocate_file(active_->file.get(), scan->valid_end, options_.segment_size);
+    if (active_->preallocated) PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
   }
   active_->size = scan->valid_end;
   active_->info = scan->info;
@@ -400,8 +416,8 @@ Status ChangeLog::validate_batch_locked(std::span<const PendingEntry> batch) con
   return {};
 }
 
-Result<std::unique_ptr<ChangeLog::ActiveSegment>> ChangeLog::create_segment(std::uint64_t seq,
-                                                                            bool sync) const {
+Result<std::unique_ptr<ChangeLog::ActiveSegment>> ChangeLog::create_segment(
+    std::uint64_t seq, bool sync, bool preallocate) const {
   auto seg = std::make_unique<ActiveSegment>();
   seg->seq = seq;
   seg->path = segment_path(seq);
@@ -413,6 +429,8 @@ Result<std::unique_ptr<ChangeLog::ActiveSegment>> ChangeLog::create_segment(std:
   ByteWriter header;
   encode_segment_header(seq, header);
   PGRELAY_TRY(write_all(seg->file.get(), header.bytes(), seg->path));
+  seg->preallocated =
+      preallocate && preallocate_file(seg->file.get(), kSegmentHeaderSize, options_.segment_size);
   if (sync) PGRELAY_TRY(sync_file(seg->file.get(), seg->path));
   seg->size = kSegmentHeaderSize;
   seg->info.seq = seq;
@@ -420,7 +438,18 @@ Result<std::unique_ptr<ChangeLog::ActiveSegment>> ChangeLog::create_segment(std:
   return seg;
 }
 
+Status ChangeLog::trim_preallocation(ActiveSegment& seg) const {
+  if (!seg.preallocated) return {};
+  if (::ftruncate(seg.file.get(), static_cast<off_t>(seg.size)) != 0) {
+    return io_error("give back the preallocated space of", seg.path, errno);
+  }
+  seg.preallocated = false;
+  return {};
+}
+
 Status ChangeLog::roll_segment() {
+  // Its size becomes durable with the fdatasync below, before the manifest seals it.
+  PGRELAY_TRY(trim_preallocation(*active_));
   if (options_.sync != SyncPolicy::kNone) {
     PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
     ++counters_.fsyncs;
@@ -651,7 +680,8 @@ Status ChangeLog::append_linking_locked(std::span<const PendingEntry> batch) {
 
   auto write_run = [&](bool last) -> Status {
     if (run.empty() && !last) return {};
-    auto seg = create_segment(next_seq++, /*sync=*/false);
+    // The last of these becomes the active segment unallocated, and grows as it is written.
+    auto seg = create_segment(next_seq++, /*sync=*/false, /*preallocate=*/false);
     if (!seg.ok()) return seg.error();
     made.push_back(std::move(*seg));
     if (!run.empty()) PGRELAY_TRY(write_batch_locked(*made.back(), run));
@@ -666,6 +696,7 @@ Status ChangeLog::append_linking_locked(std::span<const PendingEntry> batch) {
   Bytes carried;  // the latest checkpoint, when the new active segment would lack it
   Status status = [&]() -> Status {
     // The active segment is sealed by the manifest below, which then vouches for its bytes.
+    PGRELAY_TRY(trim_preallocation(*active_));
     if (syncing) {
       PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
       ++fsyncs;

@@ -122,8 +122,10 @@ struct LogStats {
   Lsn oldest_lsn;  // first retained entry (invalid if empty)
   Lsn newest_lsn;  // last visible entry (invalid if empty)
   std::int64_t newest_time = 0;
-  // A torn tail found at open: the bytes past the last whole batch of the active segment
-  // (discarded, or in read-only mode ignored), where they start and why they were not whole.
+  // A torn tail found at open: the written bytes past the last whole batch of the active
+  // segment, through its last non-zero byte (zeros past it are preallocated space; see
+  // preallocate_file()), discarded or, in read-only mode, ignored; where they start and why
+  // they were not whole.
   std::uint64_t recovered_truncated_bytes = 0;
   std::string torn_tail_file;
   std::uint64_t torn_tail_offset = 0;
@@ -254,8 +256,13 @@ class ChangeLog {
   Status note_marks_locked(std::span<const PendingEntry> batch);
   // After a batch was appended: the log's newest LSNs, its checkpoint, its counters.
   void note_batch_locked(std::span<const PendingEntry> batch);
-  // A new segment file `seq` holding only its header (durable if `sync`).
-  Result<std::unique_ptr<ActiveSegment>> create_segment(std::uint64_t seq, bool sync = true) const;
+  // A new segment file `seq` holding only its header (durable if `sync`), allocated to
+  // segment_size when `preallocate` (see preallocate_file()).
+  Result<std::unique_ptr<ActiveSegment>> create_segment(std::uint64_t seq, bool sync = true,
+                                                        bool preallocate = true) const;
+  // Gives back a preallocated segment's space past its data before the manifest seals it:
+  // readers of sealed segments take the file's size as their end.
+  Status trim_preallocation(ActiveSegment& seg) const;
   // Whether the entry's data is a spill file the log can link in as a segment of its own.
   bool linkable(const PendingEntry& entry) const;
   // Writes the segment header and FIRST record into the entry's spill file, makes it durable

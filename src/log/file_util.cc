@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace pgrelay::log {
 
@@ -119,6 +121,46 @@ Result<std::uint64_t> file_size(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return io_error("stat file", path, errno);
   return static_cast<std::uint64_t>(st.st_size);
+}
+
+bool preallocate_file(int fd, std::uint64_t data_end, std::uint64_t size) {
+  if (size <= data_end) return false;
+  if (::fallocate(fd, 0, static_cast<off_t>(data_end), static_cast<off_t>(size - data_end)) == 0) {
+    return true;
+  }
+  // A failure may have allocated (and grown the file by) part of the range.
+  (void)!::ftruncate(fd, static_cast<off_t>(data_end));
+  return false;
+}
+
+Result<std::uint64_t> end_of_nonzero(int fd, std::uint64_t from, std::uint64_t to,
+                                     const std::string& path) {
+  std::uint64_t end = from;
+  std::vector<std::uint8_t> chunk(1 << 20);
+  std::uint64_t at = from;
+  while (at < to) {
+    // Allocated space never written is a hole to SEEK_DATA (ext4, xfs), so only what was
+    // written is read. Where SEEK_DATA is not known, every byte is data.
+    std::uint64_t data_end = to;
+    if (const off_t data = ::lseek(fd, static_cast<off_t>(at), SEEK_DATA); data >= 0) {
+      at = static_cast<std::uint64_t>(data);
+      if (const off_t hole = ::lseek(fd, data, SEEK_HOLE); hole >= 0) {
+        data_end = std::min(to, static_cast<std::uint64_t>(hole));
+      }
+    } else if (errno == ENXIO) {
+      break;  // no data from `at` on
+    }
+    for (; at < data_end;) {
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), data_end - at));
+      PGRELAY_TRY(pread_all(fd, at, chunk.data(), n, path));
+      auto last = std::find_if(chunk.rbegin() + static_cast<std::ptrdiff_t>(chunk.size() - n),
+                               chunk.rend(), [](std::uint8_t b) { return b != 0; });
+      if (last != chunk.rend()) end = at + static_cast<std::uint64_t>(chunk.rend() - last);
+      at += n;
+    }
+  }
+  return end;
 }
 
 Result<Bytes> read_whole_file(const std::string& path) {

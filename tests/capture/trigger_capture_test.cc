@@ -1124,7 +1124,7 @@ TEST_F(TriggerCaptureTest, ABacklogIsAppendedInPartsAndAPollCutShortIsFinished) 
   };
   // Fails the next poll partway, with the log's segment allowed `room` more bytes.
   auto poll_with_full_disk = [&](std::uint64_t room) {
-    const auto size = fs::file_size(log_->segment_path(1));
+    const auto size = log_->segments().back().bytes;  // where its data ends
     struct rlimit old_limit;
     EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
     auto old_handler = std::signal(SIGXFSZ, SIG_IGN);

@@ -34,6 +34,11 @@ LogOptions options_for(const TempDir& dir, SyncPolicy sync = SyncPolicy::kNone) 
   return o;
 }
 
+// Where the active segment's data ends (its file is allocated further).
+std::uint64_t data_end(const ChangeLog& log) {
+  return log.segments().back().bytes;
+}
+
 std::unique_ptr<ChangeLog> open_log(LogOptions o) {
   auto log = ChangeLog::open(std::move(o));
   EXPECT_TRUE(log.ok()) << (log.ok() ? "" : log.error().to_string());
@@ -620,12 +625,13 @@ TEST(ChangeLog, TornTailAtEveryOffsetRecoversLastWholeBatch) {
     auto log = open_log(options_for(dir));
     append_txns(*log, 1, 5);
     seg = log->segment_path(1);
-    before_last = std::filesystem::file_size(seg);
+    before_last = data_end(*log);
     append_txns(*log, 6, 6, 300);
+    whole_size = data_end(*log);
   }
-  whole_size = std::filesystem::file_size(seg);
   std::ifstream in(seg, std::ios::binary);
   std::string original((std::istreambuf_iterator<char>(in)), {});
+  original.resize(whole_size);
   for (std::uintmax_t cut = before_last; cut < whole_size; ++cut) {
     {
       std::ofstream out(seg, std::ios::binary | std::ios::trunc);
@@ -634,7 +640,10 @@ TEST(ChangeLog, TornTailAtEveryOffsetRecoversLastWholeBatch) {
     auto log = open_log(options_for(dir));
     ASSERT_TRUE(log);
     EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 5)) << "cut at " << cut;
-    EXPECT_EQ(log->stats().recovered_truncated_bytes, cut - before_last);
+    // The torn bytes through the last non-zero one (zeros after it read as preallocation).
+    std::uintmax_t torn_end = cut;
+    while (torn_end > before_last && original[torn_end - 1] == '\0') --torn_end;
+    EXPECT_EQ(log->stats().recovered_truncated_bytes, torn_end - before_last);
     EXPECT_EQ(log->last_commit_lsn(), Lsn(550));
     append_txns(*log, 6, 6);
     EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 6));
@@ -646,15 +655,18 @@ TEST(ChangeLog, CorruptTailAtEveryOffsetRecoversLastWholeBatch) {
   TempDir dir;
   std::string seg;
   std::uintmax_t before_last = 0;
+  std::uintmax_t whole_size = 0;
   {
     auto log = open_log(options_for(dir));
     append_txns(*log, 1, 5);
     seg = log->segment_path(1);
-    before_last = std::filesystem::file_size(seg);
+    before_last = data_end(*log);
     append_txns(*log, 6, 6);
+    whole_size = data_end(*log);
   }
   std::ifstream in(seg, std::ios::binary);
   std::string original((std::istreambuf_iterator<char>(in)), {});
+  original.resize(whole_size);
   for (std::size_t at = before_last; at < original.size(); ++at) {
     std::string damaged = original;
     damaged[at] = static_cast<char>(damaged[at] ^ 0x5A);
@@ -666,6 +678,82 @@ TEST(ChangeLog, CorruptTailAtEveryOffsetRecoversLastWholeBatch) {
     ASSERT_TRUE(log);
     EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 5)) << "damage at " << at;
   }
+}
+
+// A segment's file is allocated to segment_size when it starts, so that an fdatasync after an
+// append need not write the file's size; the zeros past the data are no torn tail, and a
+// sealed segment gives its space back (readers of sealed segments read to the file's end).
+TEST(ChangeLog, SegmentsArePreallocatedAndTrimmedWhenSealed) {
+  TempDir dir;
+  LogOptions o = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  o.segment_size = 16 * 1024;
+  {
+    auto log = open_log(o);
+    EXPECT_EQ(std::filesystem::file_size(log->segment_path(1)), o.segment_size);
+    append_txns(*log, 1, 10);
+    EXPECT_LT(data_end(*log), o.segment_size);
+    EXPECT_EQ(std::filesystem::file_size(log->segment_path(1)), o.segment_size);
+  }
+  {
+    auto log = open_log(o);
+    EXPECT_EQ(log->stats().recovered_truncated_bytes, 0u);
+    EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 10));
+    append_txns(*log, 11, 400);  // several rolls
+    const auto segments = log->segments();
+    ASSERT_GE(segments.size(), 3u);
+    for (std::size_t i = 0; i + 1 < segments.size(); ++i) {
+      EXPECT_TRUE(segments[i].sealed);
+      EXPECT_EQ(std::filesystem::file_size(log->segment_path(segments[i].seq)), segments[i].bytes)
+          << "sealed segment " << segments[i].seq;
+    }
+    EXPECT_EQ(std::filesystem::file_size(log->segment_path(segments.back().seq)), o.segment_size);
+    EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 400));
+  }
+  auto log = open_log(o);
+  EXPECT_EQ(log->stats().recovered_truncated_bytes, 0u);
+  EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 400));
+  LogOptions read_only = options_for(dir);
+  read_only.read_only = true;
+  log.reset();
+  auto inspect = open_log(read_only);
+  EXPECT_EQ(inspect->stats().recovered_truncated_bytes, 0u);
+  EXPECT_EQ(read_all(*inspect, Lsn(0)), range(1, 400));
+}
+
+// A crash can leave a later page of a batch on disk without an earlier one: written bytes
+// beyond zeros in the preallocated space. They are a torn tail like any other: counted,
+// truncated away (none of them may ever be read as a batch), and the space allocated again.
+TEST(ChangeLog, BytesBeyondZerosInPreallocatedSpaceAreATornTail) {
+  TempDir dir;
+  LogOptions o = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  o.segment_size = 16 * 1024;
+  std::string seg;
+  std::uint64_t end = 0;
+  {
+    auto log = open_log(o);
+    append_txns(*log, 1, 5);
+    seg = log->segment_path(1);
+    end = data_end(*log);
+  }
+  {
+    std::fstream f(seg, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(end + 4096));
+    f.write("page of a later write", 21);
+  }
+  {
+    auto log = open_log(o);
+    EXPECT_EQ(log->stats().recovered_truncated_bytes, 4096u + 21u);
+    EXPECT_EQ(log->stats().torn_tail_offset, end);
+    EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 5));
+    EXPECT_EQ(std::filesystem::file_size(seg), o.segment_size);
+    std::ifstream in(seg, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(bytes.find("page of a later write"), std::string::npos);
+    append_txns(*log, 6, 8);
+  }
+  auto log = open_log(o);
+  EXPECT_EQ(log->stats().recovered_truncated_bytes, 0u);
+  EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 8));
 }
 
 TEST(ChangeLog, DamagedSealedSegmentIsReportedWithFileAndOffset) {
@@ -767,7 +855,7 @@ TEST(ChangeLog, WriteFailureLeavesLogIntactAndAppendable) {
   auto log = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
   append_txns(*log, 1, 3);
   // Simulate a full disk: file size limit just above the current size.
-  auto size = std::filesystem::file_size(log->segment_path(1));
+  auto size = data_end(*log);
   struct rlimit old_limit;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
   auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
