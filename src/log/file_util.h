@@ -51,7 +51,7 @@ Result<std::uint64_t> file_size(int fd, const std::string& path);
 // grows as it is written, as before.
 bool preallocate_file(int fd, std::uint64_t data_end, std::uint64_t size);
 // The offset just past the last non-zero byte in [from, to) of the file, `from` when there is
-// none: where a preallocated file's written bytes end.
+// none: where a preallocated file's written bytes end. Moves the file's offset.
 Result<std::uint64_t> end_of_nonzero(int fd, std::uint64_t from, std::uint64_t to,
                                      const std::string& path);
 Result<Bytes> read_whole_file(const std::string& path);
