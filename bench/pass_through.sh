@@ -2,7 +2,13 @@
 # Pass-through overhead: pgbench TPS through pgrelay vs directly against the same upstream,
 # side by side in one run (select-only and the default TPC-B-like script). When pgbouncer is
 # installed (apt-get install pgbouncer), it runs too, in session mode, as the reference for
-# what any proxy in the path costs on the same machine.
+# what any proxy in the path costs on the same machine, twice:
+#  - "pgbouncer": its defaults, which keep a server connection after its client leaves and give
+#    it to the next client. Each round's pgbench clients then run on backends that earlier
+#    rounds warmed (shared buffers already mapped, caches filled), which direct connections and
+#    pgrelay (one new upstream backend per session) do not have.
+#  - "pgbouncer 1:1": server_lifetime = 0, a new server connection per client, as direct and
+#    pgrelay: the like-for-like cost of the proxy in the path.
 #
 # Usage: bench/pass_through.sh [PGRELAY_BINARY]   (default: build/release/src/cli/pgrelay)
 # Settings: CLIENTS (default 8), SECONDS_PER_RUN (default 15), SCALE (default 10), ROUNDS
@@ -25,11 +31,14 @@ chmod 755 "$WORK"
 PG_PORT=$((20000 + RANDOM % 10000))
 RELAY_PORT=$((PG_PORT + 1))
 BOUNCER_PORT=$((PG_PORT + 2))
+FRESH_PORT=$((PG_PORT + 3))
 AS=()
 [ "$(id -u)" -eq 0 ] && { chown postgres "$WORK"; AS=(runuser -u postgres --); }
 cleanup() {
   [ -n "${RELAY_PID:-}" ] && kill "$RELAY_PID" 2>/dev/null && wait "$RELAY_PID" 2>/dev/null || true
-  [ -f "$WORK/pgbouncer.pid" ] && kill "$(cat "$WORK/pgbouncer.pid")" 2>/dev/null || true
+  for pidfile in "$WORK"/pgbouncer*.pid; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
   "${AS[@]}" "$BIN/pg_ctl" -D "$WORK/pg" -m fast stop >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
@@ -53,25 +62,35 @@ for _ in $(seq 100); do grep -q "pgrelay ready" "$WORK/relay.out" 2>/dev/null &&
 grep -q "pgrelay ready" "$WORK/relay.out" || { cat "$WORK/relay.err" >&2; exit 1; }
 
 BOUNCER=$(command -v pgbouncer || true)
-if [ -n "$BOUNCER" ]; then
-  cat > "$WORK/pgbouncer.ini" <<EOF
+# Starts one pgbouncer: NAME PORT [SETTING...] (settings as lines of its ini file).
+start_bouncer() {
+  local name=$1 port=$2; shift 2
+  {
+    cat <<EOF
 [databases]
 postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $BOUNCER_PORT
+listen_port = $port
 unix_socket_dir =
 auth_type = plain
 auth_file = $WORK/pgbouncer.users
 pool_mode = session
 max_client_conn = 200
 default_pool_size = 100
-logfile = $WORK/pgbouncer.log
-pidfile = $WORK/pgbouncer.pid
+logfile = $WORK/$name.log
+pidfile = $WORK/$name.pid
 EOF
+    printf '%s\n' "$@"
+  } > "$WORK/$name.ini"
+  [ "$(id -u)" -eq 0 ] && chown postgres "$WORK/$name.ini"
+  "${AS[@]}" "$BOUNCER" -d "$WORK/$name.ini"
+}
+if [ -n "$BOUNCER" ]; then
   echo '"postgres" "bench"' > "$WORK/pgbouncer.users"
-  [ "$(id -u)" -eq 0 ] && chown postgres "$WORK/pgbouncer.ini" "$WORK/pgbouncer.users"
-  "${AS[@]}" "$BOUNCER" -d "$WORK/pgbouncer.ini" || BOUNCER=""
+  [ "$(id -u)" -eq 0 ] && chown postgres "$WORK/pgbouncer.users"
+  start_bouncer pgbouncer "$BOUNCER_PORT" && start_bouncer pgbouncer-fresh "$FRESH_PORT" "server_lifetime = 0" ||
+    BOUNCER=""
   sleep 0.5
 fi
 
@@ -106,9 +125,10 @@ cpu_cell() {  # FILE: median user+system us per transaction (stored in hundredth
 }
 
 BOUNCER_PID=""
-[ -n "$BOUNCER" ] && BOUNCER_PID=$(cat "$WORK/pgbouncer.pid")
+FRESH_PID=""
+[ -n "$BOUNCER" ] && BOUNCER_PID=$(cat "$WORK/pgbouncer.pid") && FRESH_PID=$(cat "$WORK/pgbouncer-fresh.pid")
 printf "%-22s %8s %9s %7s %10s" workload direct pgrelay share "cpu us/tx"
-[ -n "$BOUNCER" ] && printf " %9s %7s %10s" pgbouncer share "cpu us/tx"
+[ -n "$BOUNCER" ] && printf " %9s %7s %10s %13s %7s %10s" pgbouncer share "cpu us/tx" "pgbouncer 1:1" share "cpu us/tx"
 printf "   (median of %s rounds; cpu = user+system)\n" "$ROUNDS"
 for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" ; do
   name=${mode%%:*}; args=${mode#*:}
@@ -117,16 +137,24 @@ for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" 
     measure_round direct "$PG_PORT" "" "$name" $args
     # shellcheck disable=SC2086
     measure_round pgrelay "$RELAY_PORT" "$RELAY_PID" "$name" $args
-    # shellcheck disable=SC2086
-    [ -n "$BOUNCER" ] && measure_round pgbouncer "$BOUNCER_PORT" "$BOUNCER_PID" "$name" $args
+    if [ -n "$BOUNCER" ]; then
+      # shellcheck disable=SC2086
+      measure_round pgbouncer "$BOUNCER_PORT" "$BOUNCER_PID" "$name" $args
+      # shellcheck disable=SC2086
+      measure_round pgbouncer-fresh "$FRESH_PORT" "$FRESH_PID" "$name" $args
+    fi
   done
   direct=$(column_median "$WORK/direct.$name" 1)
   relayed=$(column_median "$WORK/pgrelay.$name" 1)
   printf "%-22s %8.0f %9.0f %7s %10s" "$name" "$direct" "$relayed" "$(share "$relayed" "$direct")" \
     "$(cpu_cell "$WORK/pgrelay.$name")"
   if [ -n "$BOUNCER" ]; then
-    bounced=$(column_median "$WORK/pgbouncer.$name" 1)
-    printf " %9.0f %7s %10s" "$bounced" "$(share "$bounced" "$direct")" "$(cpu_cell "$WORK/pgbouncer.$name")"
+    for system in pgbouncer pgbouncer-fresh; do
+      bounced=$(column_median "$WORK/$system.$name" 1)
+      width=9
+      [ "$system" = pgbouncer-fresh ] && width=13
+      printf " %${width}.0f %7s %10s" "$bounced" "$(share "$bounced" "$direct")" "$(cpu_cell "$WORK/$system.$name")"
+    done
   fi
   printf "\n"
 done
