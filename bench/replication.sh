@@ -18,7 +18,9 @@
 #
 #  1. streaming to one consumer: catch-up (slot created, N transactions written, then the
 #     stream starts: changes/s from START_REPLICATION to the last change), live (consumer
-#     streaming while pgbench writes N_LIVE transactions unthrottled: changes/s first to last),
+#     streaming while pgbench writes N_LIVE transactions unthrottled: changes/s first to last,
+#     and the upstream walsender's share of the time on a CPU and runnable waiting for one, from
+#     bench/walsender_sched.py: native's consumer's walsender, or pgrelay's native capture's),
 #     and commit-to-receipt latency p50/p99 at LAT_RATE transactions/s (receipt time minus the
 #     row's clock_timestamp()).
 #  2. fan-out: FANOUT consumers on their own slots drain the same catch-up backlog of N
@@ -249,7 +251,19 @@ measure() {
     perf record -q -g -p "$RELAY_PID" -o "$dir/perf.data" >"$dir/perf.log" 2>&1 &
     perf_pid=$!
   fi
+  # The upstream's walsenders (native's consumer's, or pgrelay's native capture's) while the
+  # load is written: on a CPU, and runnable but waiting for one.
+  local sched_pid="" kv
+  if [ "$mode" = live ]; then
+    python3 bench/walsender_sched.py "$PG_PID" "$dir/walsender" &
+    sched_pid=$!
+  fi
   write_load "$dir/pgbench.log" "$per" "$@"
+  if [ -n "$sched_pid" ]; then
+    kill "$sched_pid"
+    wait "$sched_pid" || die "$sys $run: bench/walsender_sched.py failed"
+    for kv in $(cat "$dir/walsender"); do R[$sys.$run.walsender_${kv%%=*}]=${kv#*=}; done
+  fi
   if [ -n "$perf_pid" ]; then kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" || true; fi
   local tps=$TPS
   R[$sys.$run.write_tps]=$tps
@@ -415,6 +429,8 @@ table() {  # capture mode
   row "  write TPS during the live run" "$(v native.live.write_tps)" "$(v $P.live.write_tps)"
   row "  latency p50 ms (unthrottled)" "$(v native.live.lat_p50_ms)" "$(v $P.live.lat_p50_ms)"
   row "  latency p99 ms (unthrottled)" "$(v native.live.lat_p99_ms)" "$(v $P.live.lat_p99_ms)"
+  row "  upstream walsender on a CPU, % (unthrottled)" "$(v native.live.walsender_cpu_pct)" "$(v $P.live.walsender_cpu_pct)"
+  row "  upstream walsender waiting for one, %" "$(v native.live.walsender_wait_pct)" "$(v $P.live.walsender_wait_pct)"
   row "latency p50 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p50_ms)" "$(v $P.latency.lat_p50_ms)"
   row "latency p99 ms at ${LAT_RATE} tx/s" "$(v native.latency.lat_p99_ms)" "$(v $P.latency.lat_p99_ms)" \
     "<= 2: $(verdict 'a <= 2 * b' "$(v $P.latency.lat_p99_ms)" "$(v native.latency.lat_p99_ms)")"
