@@ -15,12 +15,17 @@ import sys
 import time
 
 
-def walsenders(postmaster):
+def children_of(postmaster):
+    """The postmaster's child pids, or None where the kernel does not list them
+    (CONFIG_PROC_CHILDREN) or the postmaster is gone."""
     try:
         with open(f"/proc/{postmaster}/task/{postmaster}/children") as f:
-            children = f.read().split()
+            return f.read().split()
     except OSError:
-        return
+        return None
+
+
+def walsenders(children):
     for pid in children:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -41,16 +46,23 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     first, last = {}, {}
     start = time.monotonic_ns()
+    listed = False
     while not stopping:
-        for pid, run_ns, wait_ns in walsenders(postmaster):
-            first.setdefault(pid, (run_ns, wait_ns))
-            last[pid] = (run_ns, wait_ns)
+        children = children_of(postmaster)
+        if children is not None:
+            listed = True
+            for pid, run_ns, wait_ns in walsenders(children):
+                first.setdefault(pid, (run_ns, wait_ns))
+                last[pid] = (run_ns, wait_ns)
         time.sleep(0.05)
     elapsed = time.monotonic_ns() - start
     run = sum(last[p][0] - first[p][0] for p in last)
     wait = sum(last[p][1] - first[p][1] for p in last)
     with open(out, "w") as f:
-        f.write("cpu_pct=%.0f wait_pct=%.0f\n" % (100 * run / elapsed, 100 * wait / elapsed))
+        if listed:
+            f.write("cpu_pct=%.0f wait_pct=%.0f\n" % (100 * run / elapsed, 100 * wait / elapsed))
+        else:  # nothing could be read: unknown, not 0
+            f.write("cpu_pct=- wait_pct=-\n")
 
 
 if __name__ == "__main__":
