@@ -6,8 +6,9 @@ Until SIGTERM, reads /proc/PID/schedstat ("ns on a CPU, ns runnable waiting for 
 walsender child of POSTMASTER_PID every 50 ms, so that a walsender that exits before the run ends
 (native's, when its consumer has everything) still counts up to its last sample. On SIGTERM it
 writes "cpu_pct=N wait_pct=N" to OUTFILE: the walsenders' time on a CPU and waiting for one, as
-shares of the sampled time. Whether a late upstream send was the walsender working or the
-walsender waiting for a CPU is what these two tell.
+shares of the sampled time ("-" for both where the kernel does not list the postmaster's
+children). Whether a late upstream send was the walsender working or the walsender waiting for
+a CPU is what these two tell.
 """
 import os
 import signal
