@@ -145,7 +145,7 @@ die() {
 # With the kernel's autogroup scheduling on (Debian's default), each session is a scheduling
 # group with an equal share of a busy CPU: the upstream (its own session, from pg_ctl) against
 # this script's (pgbench, the consumers and pgrelay). Measured unthrottled on 2 cores, native
-# capture: pgrelay's p99 5-14x native with it on, 1.2-2.0x with it off (sysctl
+# capture: pgrelay's p99 2.4-14x native (median 7x) with it on, 1.2-2.0x with it off (sysctl
 # kernel.sched_autogroup_enabled=0), where every thread weighs the same.
 autogroup_state() {
   case "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" in
