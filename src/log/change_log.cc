@@ -360,18 +360,21 @@ Status ChangeLog::scan_active_segment() {
     torn_tail_reason_ = scan->stop_reason;
   }
   active_->preallocated = *size > scan->valid_end && written_end == scan->valid_end;
+  bool changed = false;  // the file must be synced before anything is appended after it
   if (written_end > scan->valid_end && !options_.read_only) {
     // Truncated rather than zeroed in place: no piece of the torn batch stays in the file.
     if (::ftruncate(active_->file.get(), static_cast<off_t>(scan->valid_end)) != 0) {
       return io_error("truncate torn tail of", active_->path, errno);
     }
-    PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+    changed = true;
   }
   if (!active_->preallocated && !options_.read_only) {
     active_->preallocated =
         preallocate_file(active_->file.get(), scan->valid_end, options_.segment_size);
-    if (active_->preallocated) PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+    changed = changed || active_->preallocated;
   }
+  // One sync for both: a crash before it leaves at worst the torn tail, found again next time.
+  if (changed) PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
   active_->size = scan->valid_end;
   active_->info = scan->info;
   active_->info.seq = active_->seq;
@@ -579,6 +582,8 @@ ChangeLog::BatchWrite ChangeLog::write_records(const ActiveSegment& seg,
 Status ChangeLog::note_written_locked(ActiveSegment& seg, std::span<const PendingEntry> batch,
                                       std::uint64_t batch_start, const BatchWrite& written) {
   if (written.unrecoverable) failed_ = *written.unrecoverable;
+  // A failed write truncated the file back to the batch's start, preallocation included.
+  if (!written.status.ok()) seg.preallocated = false;
   PGRELAY_TRY(written.status);
   const std::uint64_t bytes = written.bytes;
   seg.size = batch_start + bytes;
