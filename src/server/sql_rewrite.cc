@@ -718,23 +718,85 @@ Result<std::optional<std::string>> SqlRewriter::rewrite(std::string_view sql,
   return rewriter.run(sql);
 }
 
-std::vector<std::string> dropped_databases(std::string_view sql) {
-  std::vector<std::string> out;
+namespace {
+
+// Calls `visit` with each statement of `sql` when its text says DATABASE and parses: a cheap
+// test first, since every statement through pass-through comes here.
+template <typename Visit>
+void visit_database_statements(std::string_view sql, Visit visit) {
   static constexpr std::string_view kWord = "database";
-  // ASCII folding, as the parser's keywords: every statement through pass-through comes here.
+  // ASCII folding, as the parser's keywords.
   auto said = std::search(sql.begin(), sql.end(), kWord.begin(), kWord.end(),
                           [](char a, char b) { return lower(a) == b; });
-  if (said == sql.end()) return out;
+  if (said == sql.end()) return;
   auto parsed = parse_tree(std::string(sql));
-  if (!parsed.ok() || !*parsed) return out;
+  if (!parsed.ok() || !*parsed) return;
   const PgQuery__ParseResult* tree = parsed->get();
   for (std::size_t i = 0; i < tree->n_stmts; ++i) {
     const PgQuery__RawStmt* raw = tree->stmts[i];
-    if (raw == nullptr || raw->stmt == nullptr) continue;
-    if (raw->stmt->node_case != PG_QUERY__NODE__NODE_DROPDB_STMT) continue;
-    const PgQuery__DropdbStmt* drop = raw->stmt->dropdb_stmt;
-    if (drop != nullptr && drop->dbname != nullptr) out.emplace_back(drop->dbname);
+    if (raw != nullptr && raw->stmt != nullptr) visit(*raw->stmt);
   }
+}
+
+// The option `name` of CREATE or ALTER DATABASE, if it names something (TEMPLATE x,
+// TABLESPACE x).
+const char* database_option(PgQuery__Node* const* options, std::size_t n, std::string_view name) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const PgQuery__Node* node = options[i];
+    if (node == nullptr || node->node_case != PG_QUERY__NODE__NODE_DEF_ELEM) continue;
+    const PgQuery__DefElem* def = node->def_elem;
+    if (def != nullptr && def->defname != nullptr && name == def->defname) {
+      return node_string(def->arg);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> dropped_databases(std::string_view sql) {
+  std::vector<std::string> out;
+  visit_database_statements(sql, [&](const PgQuery__Node& stmt) {
+    if (stmt.node_case != PG_QUERY__NODE__NODE_DROPDB_STMT) return;
+    const PgQuery__DropdbStmt* drop = stmt.dropdb_stmt;
+    if (drop != nullptr && drop->dbname != nullptr) out.emplace_back(drop->dbname);
+  });
+  return out;
+}
+
+std::vector<std::string> databases_used_alone(std::string_view sql) {
+  std::vector<std::string> out;
+  visit_database_statements(sql, [&](const PgQuery__Node& node) {
+    const PgQuery__Node* stmt = &node;
+    const char* name = nullptr;
+    switch (stmt->node_case) {
+      case PG_QUERY__NODE__NODE_DROPDB_STMT:
+        if (stmt->dropdb_stmt != nullptr) name = stmt->dropdb_stmt->dbname;
+        break;
+      case PG_QUERY__NODE__NODE_RENAME_STMT:
+        if (stmt->rename_stmt != nullptr &&
+            stmt->rename_stmt->rename_type == PG_QUERY__OBJECT_TYPE__OBJECT_DATABASE) {
+          name = stmt->rename_stmt->subname;
+        }
+        break;
+      case PG_QUERY__NODE__NODE_CREATEDB_STMT:
+        if (stmt->createdb_stmt != nullptr) {
+          name = database_option(stmt->createdb_stmt->options, stmt->createdb_stmt->n_options,
+                                 "template");
+        }
+        break;
+      case PG_QUERY__NODE__NODE_ALTER_DATABASE_STMT:
+        if (stmt->alter_database_stmt != nullptr &&
+            database_option(stmt->alter_database_stmt->options,
+                            stmt->alter_database_stmt->n_options, "tablespace") != nullptr) {
+          name = stmt->alter_database_stmt->dbname;
+        }
+        break;
+      default:
+        break;
+    }
+    if (name != nullptr && *name != '\0') out.emplace_back(name);
+  });
   return out;
 }
 

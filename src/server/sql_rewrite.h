@@ -68,5 +68,11 @@ class SqlRewriter {
 // them first, or its own connections there would keep the drop from happening. Cheap for
 // statements that do not say DATABASE (no parse); empty when the text does not parse.
 std::vector<std::string> dropped_databases(std::string_view sql);
+// The databases `sql` needs no other session connected to, in statement order: those it drops,
+// renames (ALTER DATABASE ... RENAME TO), moves (ALTER DATABASE ... SET TABLESPACE) or copies
+// (CREATE DATABASE ... TEMPLATE). The upstream refuses these while another backend is
+// connected there, so pgrelay closes the backends it keeps there first (BackendPool). Cheap
+// and empty as dropped_databases.
+std::vector<std::string> databases_used_alone(std::string_view sql);
 
 }  // namespace pgrelay::server

@@ -391,5 +391,25 @@ TEST(DroppedDatabasesTest, FindsEveryDropAndNothingElse) {
   EXPECT_EQ(dropped_databases("SELECT 1"), Names{});
 }
 
+// The statements the upstream refuses while another backend is connected to the database:
+// pgrelay closes the backends it keeps there first.
+TEST(DatabasesUsedAloneTest, FindsDropsRenamesMovesAndTemplates) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(databases_used_alone("DROP DATABASE app"), Names{"app"});
+  EXPECT_EQ(databases_used_alone("ALTER DATABASE \"Old\" RENAME TO new"), Names{"Old"});
+  EXPECT_EQ(databases_used_alone("alter database app set tablespace fast"), Names{"app"});
+  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy TEMPLATE source"), Names{"source"});
+  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy WITH TEMPLATE = 'source' OWNER app"),
+            Names{"source"});
+  EXPECT_EQ(databases_used_alone("DROP DATABASE a; ALTER DATABASE b RENAME TO c"),
+            (Names{"a", "b"}));
+  // Neither needs the database to itself.
+  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy"), Names{});
+  EXPECT_EQ(databases_used_alone("ALTER DATABASE app SET work_mem = '8MB'"), Names{});
+  EXPECT_EQ(databases_used_alone("ALTER DATABASE app OWNER TO someone"), Names{});
+  EXPECT_EQ(databases_used_alone("ALTER TABLE t RENAME TO u"), Names{});
+  EXPECT_EQ(databases_used_alone("SELECT 'DROP DATABASE app'"), Names{});
+}
+
 }  // namespace
 }  // namespace pgrelay::server
