@@ -2,8 +2,11 @@
 #include "upstream/transport.h"
 
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <tuple>
 
 namespace pgrelay::upstream {
@@ -104,6 +107,30 @@ void Transport::close() {
         }
       },
       stream_);
+}
+
+bool Transport::untouched() {
+  int fd = -1;
+  if (auto* tls = std::get_if<std::unique_ptr<TlsStream>>(&stream_)) {
+    if (SSL_pending((*tls)->native_handle()) > 0) return false;
+    if ((*tls)->lowest_layer().is_open()) fd = (*tls)->lowest_layer().native_handle();
+  } else if (auto* tcp_stream = std::get_if<tcp::socket>(&stream_)) {
+    if (tcp_stream->is_open()) fd = tcp_stream->native_handle();
+  } else if (auto* local = std::get_if<unix_socket::socket>(&stream_)) {
+    if (local->is_open()) fd = local->native_handle();
+  }
+  if (fd < 0) return false;
+  std::uint8_t byte = 0;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+void Transport::send_and_close(ByteView bytes) {
+  if (auto socket = release_socket()) {
+    (void)::send(socket->fd.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    return;  // the descriptor closes with `socket`
+  }
+  close();
 }
 
 std::optional<NativeSocket> Transport::release_socket() {

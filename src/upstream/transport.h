@@ -54,6 +54,13 @@ class Transport {
   std::optional<Bytes> channel_binding(bool server_side) const;
 
   void close();
+  // True while the peer has neither sent a byte nor closed the connection since the last read:
+  // a connection left unused is still as it was left. Over TLS, bytes the TLS layer has
+  // already taken from the socket count only if OpenSSL holds them decrypted.
+  bool untouched();
+  // Sends `bytes` if the socket takes them at once, then closes: a goodbye (a Terminate) not
+  // worth waiting for. Over TLS it only closes.
+  void send_and_close(ByteView bytes);
   // Gives up the socket itself, with its descriptor still open, for a loop that reads and writes
   // it directly (server/relay_loop.h); the Transport is closed after. Nullopt over TLS, whose
   // state lives in this process's OpenSSL objects, or on a closed connection.
