@@ -317,6 +317,13 @@ Status Relay::configure_sessions() {
   if (!upstream_absent()) {
     PGRELAY_TRY(relay_loop_.start());
     context_.relay_loop = &relay_loop_;
+    if (options_.pool_idle_timeout_seconds > 0) {
+      server::BackendPool::Settings pool;
+      pool.idle_timeout = std::chrono::seconds(options_.pool_idle_timeout_seconds);
+      backend_pool_ = std::make_unique<server::BackendPool>(io_.get_executor(), pool, &metrics_);
+      backend_pool_->start();
+      context_.backend_pool = backend_pool_.get();
+    }
   }
 
   // Clients log in as the upstream's user, with its password, unless a users file says who.
@@ -438,6 +445,7 @@ void Relay::shut_down() {
   hubs_->walsenders().stop_all();
   context_.shutdown.trigger();
   relay_loop_.recall_all();  // its sessions go back to their coroutines, which end them
+  if (backend_pool_) backend_pool_->stop();
   shutdown_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   wait_for_sessions();
 }

@@ -22,6 +22,7 @@
 #include "cli/serve_plan.h"
 #include "log/slots.h"
 #include "nats/publisher.h"
+#include "server/backend_pool.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
 #include "server/relay_loop.h"
@@ -121,6 +122,8 @@ class Relay {
   // Plain-socket pass-through sessions, once logged in. Stopped after io_ has stopped: what it
   // still holds goes back to the session coroutines, which io_ then drops. Destroyed before io_.
   server::RelayLoop relay_loop_;
+  // --pool-idle-timeout: upstream backends kept between pass-through sessions. On io_.
+  std::unique_ptr<server::BackendPool> backend_pool_;
   server::ServerContext context_;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint_;

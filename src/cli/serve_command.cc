@@ -171,6 +171,15 @@ void add_serve_options(CLI::App* cmd, ServeOptions& options) {
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber),
       "PGRELAY_AUTHENTICATION_TIMEOUT");
+  env(cmd->add_option("--pool-idle-timeout", options.pool_idle_timeout_seconds,
+                      "Keep the upstream backend of a pass-through session whose client\n"
+                      "leaves cleanly (no transaction open), reset with DISCARD ALL, for\n"
+                      "the next session of the same database and startup parameters, as\n"
+                      "pgbouncer's session mode does; close it after this many seconds\n"
+                      "unused (at most 64 kept). 0 = off: each backend ends with its session")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber),
+      "PGRELAY_POOL_IDLE_TIMEOUT");
   env(cmd->add_option("--max-replication-slots", options.max_replication_slots,
                       "Slots pgrelay keeps at most, as Postgres's max_replication_slots")
           ->capture_default_str()

@@ -30,6 +30,9 @@ struct ServeOptions {
   bool no_tls = false;
   int wal_sender_timeout_seconds = 60;
   int authentication_timeout_seconds = 60;
+  // Seconds an upstream backend is kept for the next pass-through session after its client
+  // leaves (server/backend_pool.h); 0: each session's backend ends with it.
+  int pool_idle_timeout_seconds = 0;
   int max_replication_slots = 10;
   int max_wal_senders = 10;
   std::vector<std::string> auth_rules;  // "ADDRESS/PREFIX=METHOD"

@@ -15,6 +15,7 @@
 #include <asio/steady_timer.hpp>
 #include <cstring>
 
+#include "server/backend_pool.h"
 #include "server/blocking.h"
 #include "server/command_result.h"
 #include "server/relay_loop.h"
@@ -34,8 +35,9 @@ using namespace asio::experimental::awaitable_operators;
 // The asio path's state of one session: the protocol's, and the shutdown handshake's.
 struct SessionState {
   RelayState protocol;
-  bool draining = false;  // the server is shutting down
-  bool woken = false;     // `wake` was cancelled on purpose (not by the session ending)
+  bool draining = false;          // the server is shutting down
+  bool woken = false;             // `wake` was cancelled on purpose (not by the session ending)
+  std::size_t upstream_held = 0;  // upstream bytes the filter holds back, not yet forwarded
 
   bool idle() const { return protocol.idle(); }
 };
@@ -67,6 +69,7 @@ upstream::awaitable<void> copy_upstream_to_client(upstream::Transport& from,
     auto held = co_await forward_chunk(state, buffer, kept + *n, to);
     if (!held.ok()) co_return;
     kept = *held;
+    state.upstream_held = kept;
     if (state.draining && state.idle()) wake_up(state, wake);
   }
 }
@@ -101,12 +104,27 @@ void note_client_failure(const ServerContext& context, const Error& error,
   }
 }
 
-// Before DROP DATABASE goes upstream, pgrelay stops capturing those databases: its own
-// connections there would make the upstream refuse the drop as in use.
-upstream::awaitable<void> release_databases(const std::vector<std::string>& databases,
-                                            ReplicationHubs& hubs) {
-  for (const auto& database : databases) {
-    co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database); });
+// Whether pgrelay must let go of databases before some statements go upstream.
+bool watches_database_ddl(const ServerContext& context) {
+  return context.hubs != nullptr || context.backend_pool != nullptr;
+}
+
+// Before a statement that needs databases to themselves (DROP DATABASE and the others of
+// databases_used_alone) goes upstream, pgrelay closes the backends it keeps there and stops
+// capturing the databases dropped: its own connections there would make the upstream refuse
+// the statement as the database being in use.
+upstream::awaitable<void> release_databases(const ClientFrame& frame,
+                                            const ServerContext& context) {
+  if (context.backend_pool) {
+    for (const auto& database : databases_used_alone_in(frame)) {
+      context.backend_pool->close_database(database);
+    }
+  }
+  if (context.hubs) {
+    ReplicationHubs& hubs = *context.hubs;
+    for (const auto& database : dropped_databases_in(frame)) {
+      co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database); });
+    }
   }
 }
 
@@ -139,8 +157,12 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
     bool terminate = false;
     while (next && !terminate) {
       ClientFrame frame(*next);
-      const auto dropped = context.hubs ? dropped_databases_in(frame) : std::vector<std::string>();
-      if (!dropped.empty()) {
+      if (frame.tag == 'X' && context.backend_pool && batch.empty() && state.upstream_held == 0 &&
+          state.protocol.reusable_after_terminate()) {
+        state.protocol.client_left = true;  // not forwarded: the backend goes to the pool
+        co_return;
+      }
+      if (watches_database_ddl(context) && !databases_used_alone_in(frame).empty()) {
         // Sent after what came before it, once pgrelay has let go of the database. The frame's
         // view stays valid: nothing reads the client meanwhile.
         if (!batch.empty()) {
@@ -148,7 +170,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
           if (!(co_await to.write_all(batch)).ok()) co_return;
           batch.clear();
         }
-        co_await release_databases(dropped, *context.hubs);
+        co_await release_databases(frame, context);
       }
       append_client_frame(frame, rewrite, source, batch);
       state.protocol.count_client_frame(frame.tag);
@@ -191,7 +213,8 @@ upstream::awaitable<bool> ended_on_loop(RelayLoop& loop, upstream::MessageStream
   session.client_limits = client.reader().limits();
   session.source = source;
   session.rewrite = &context.rewrite;
-  session.watch_drops = context.hubs != nullptr;
+  session.watch_database_ddl = watches_database_ddl(context);
+  session.keep_backend = context.backend_pool != nullptr;
   session.to_client_bytes = to_client;
   session.to_upstream_bytes = to_upstream;
   RelayedSession back = co_await loop.relay(std::move(session));
@@ -207,6 +230,8 @@ upstream::awaitable<bool> ended_on_loop(RelayLoop& loop, upstream::MessageStream
   client.reader().feed(back.from_client);
   std::copy(back.from_upstream.begin(), back.from_upstream.end(), buffer.begin());
   kept = back.from_upstream.size();
+  state.upstream_held = kept;
+  if (state.protocol.client_left) co_return false;  // nothing more goes to either side
   // What the loop accepted but could not write yet goes first.
   if (!back.to_upstream.empty() && !(co_await to.write_all(back.to_upstream)).ok()) co_return true;
   if (!back.to_client.empty() && !(co_await client.write(back.to_client)).ok()) co_return true;
@@ -221,10 +246,16 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   // pg_dump names itself (libpq's fallback_application_name); its dumps leave pgrelay out.
   const StatementSource source(user.replication ? SlotAccess::kGranted : SlotAccess::kDenied,
                                startup.find("application_name").value_or("") == "pg_dump");
+  const std::string database(startup.database());
+  StartupParameters parameters = upstream_parameters(startup);
   Result<upstream::UpstreamLink> link = upstream_absent("ordinary sessions");
-  if (context.upstream) {
-    link = co_await upstream::connect_upstream(*context.upstream, std::string(startup.database()),
-                                               upstream_parameters(startup), context.upstream_tls);
+  std::optional<upstream::UpstreamLink> kept_backend;
+  if (context.backend_pool) kept_backend = context.backend_pool->take(database, parameters);
+  if (kept_backend) {
+    link = std::move(*kept_backend);
+  } else if (context.upstream) {
+    link = co_await upstream::connect_upstream(*context.upstream, database, parameters,
+                                               context.upstream_tls);
   }
   if (!link.ok()) {
     auto peer = client.transport().peer_address();
@@ -251,6 +282,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   SessionState state;
   Bytes buffer = link->stream.reader().take_buffered();
   std::size_t kept = buffer.size();
+  state.upstream_held = kept;
   buffer.resize(upstream_buffer_bytes(kept));
   asio::steady_timer wake(co_await asio::this_coro::executor,
                           asio::steady_timer::time_point::max());
@@ -263,6 +295,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
     auto held = co_await forward_chunk(state, buffer, kept, client.transport());
     greeted = held.ok();
     if (greeted) kept = *held;
+    state.upstream_held = kept;
   }
   bool relaying = greeted;
   if (relaying && context.relay_loop && !state.draining) {
@@ -270,7 +303,7 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
         !co_await ended_on_loop(*context.relay_loop, client, link->stream.transport(), buffer, kept,
                                 state, context, source, to_client, to_upstream);
   }
-  if (relaying) {
+  if (relaying && !state.protocol.client_left) {
     co_await (copy_upstream_to_client(link->stream.transport(), client.transport(),
                                       std::move(buffer), kept, state, wake, to_client) ||
               relay_client_to_upstream(client, link->stream.transport(), context, source, state,
@@ -279,7 +312,13 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   }
   context.shutdown.unsubscribe(token);
   context.cancels.forget(key);
-  if (state.draining) {
+  if (state.protocol.client_left && !state.draining && state.upstream_held == 0 &&
+      state.protocol.from_upstream.at_message_boundary()) {
+    client.transport().close();
+    co_await context.backend_pool->give_back(database, std::move(parameters), std::move(*link));
+    co_return;
+  }
+  if (state.draining || state.protocol.client_left) {
     // End the upstream backend's session as a client would, not with a lost connection.
     (void)co_await link->stream.write(upstream::encode_frame('X', {}));
   }

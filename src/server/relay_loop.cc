@@ -392,13 +392,24 @@ bool RelayLoop::forward_client_frames(Session& session) {
     }
     if (!view->has_value()) break;
     ClientFrame frame(**view);
-    if (relayed.watch_drops && !dropped_databases_in(frame).empty()) {
+    if (relayed.watch_database_ddl && !databases_used_alone_in(frame).empty()) {
       // Its coroutine lets go of those databases, then sends the frame: it goes back unsent.
       if (!send_batch(session)) return true;
       Bytes rest = upstream::encode_frame(frame.tag, frame.body);
       Bytes buffered = session.frames.take_buffered();
       rest.insert(rest.end(), buffered.begin(), buffered.end());
       relayed.from_client = std::move(rest);
+      give_back(session, /*ended=*/false);
+      return true;
+    }
+    if (frame.tag == 'X' && relayed.keep_backend && session.batch.empty() &&
+        relayed.state.reusable_after_terminate() && session.upstream_kept == 0 &&
+        session.upstream.outbox.empty()) {
+      // The client is gone; its backend, idle, goes to the pool. Whatever it sent after the
+      // Terminate is dropped, as a backend would.
+      (void)session.frames.take_buffered();
+      relayed.from_client.clear();
+      relayed.state.client_left = true;
       give_back(session, /*ended=*/false);
       return true;
     }

@@ -31,7 +31,12 @@ struct RelayedSession {
   wire::FrameLimits client_limits;
   StatementSource source;
   const SqlRewrite* rewrite = nullptr;  // the server's; must outlive the loop
-  bool watch_drops = false;  // stop before a DROP DATABASE (its coroutine lets go of them first)
+  // Stop before a statement that needs a database to itself (databases_used_alone_in): its
+  // coroutine lets go of those databases first, then sends it.
+  bool watch_database_ddl = false;
+  // On a Terminate when state.reusable_after_terminate(), give the session back with
+  // state.client_left set, the Terminate not forwarded (the backend goes to a BackendPool).
+  bool keep_backend = false;
   Counter* to_client_bytes = nullptr;  // optional
   Counter* to_upstream_bytes = nullptr;
 

@@ -75,4 +75,14 @@ std::vector<std::string> dropped_databases_in(const ClientFrame& frame) {
   return frame.sql() ? dropped_databases(*frame.sql()) : std::vector<std::string>();
 }
 
+std::vector<std::string> databases_used_alone_in(const ClientFrame& frame) {
+  return frame.sql() ? databases_used_alone(*frame.sql()) : std::vector<std::string>();
+}
+
+bool RelayState::reusable_after_terminate() const {
+  // 0: no ReadyForQuery since the backend was logged in or reset, which left it idle.
+  const char status = from_upstream.transaction_status();
+  return idle() && (status == 'I' || status == 0);
+}
+
 }  // namespace pgrelay::server

@@ -41,6 +41,13 @@ struct RelayState {
            from_upstream.at_message_boundary();
   }
   void count_client_frame(char tag);
+  // The client may leave now without its backend's session ending: no reply is owed and the
+  // last ReadyForQuery said idle, outside a transaction.
+  bool reusable_after_terminate() const;
+
+  // The client sent Terminate, which was not forwarded, when reusable_after_terminate() held:
+  // its upstream backend goes to the BackendPool instead of ending.
+  bool client_left = false;
 };
 
 // One client frame, with the statement of a Query or Parse parsed once: both the DROP DATABASE
@@ -67,5 +74,8 @@ void append_client_frame(ClientFrame& frame, const SqlRewrite& rewrite,
 // The databases a Query or Parse drops (see dropped_databases): pgrelay lets go of them before
 // the frame goes upstream.
 std::vector<std::string> dropped_databases_in(const ClientFrame& frame);
+// The databases a Query or Parse needs no other session in (see databases_used_alone): pgrelay
+// closes the upstream backends it keeps there before the frame goes upstream.
+std::vector<std::string> databases_used_alone_in(const ClientFrame& frame);
 
 }  // namespace pgrelay::server

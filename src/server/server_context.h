@@ -22,6 +22,7 @@
 
 namespace pgrelay::server {
 
+class BackendPool;
 class RelayLoop;
 
 // Values pgrelay reports for the replication settings it owns.
@@ -68,6 +69,9 @@ struct ServerContext {
   SqlRewrite rewrite;
   // Where plain-socket pass-through sessions run once logged in; null: on the io thread.
   RelayLoop* relay_loop = nullptr;
+  // Where a pass-through session's upstream backend goes when its client leaves cleanly, and
+  // where a new session looks first; null: every session logs in anew and ends its backend.
+  BackendPool* backend_pool = nullptr;
   CancelRegistry cancels;
   // Triggered on the io thread when the server shuts down: pass-through sessions then end as
   // soon as no reply is in flight.

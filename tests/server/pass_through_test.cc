@@ -1,5 +1,6 @@
 // Pass-through sessions through pgrelay to a real PostgreSQL 15: protocols, COPY, NOTIFY,
-// errors, authentication, TLS, cancellation, and abuse of the startup path.
+// errors, authentication, TLS, cancellation, abuse of the startup path, and backends kept
+// between sessions.
 #include <arpa/inet.h>
 #include <libpq-fe.h>
 #include <malloc.h>
@@ -426,6 +427,193 @@ TEST(PassThroughShutdown, InFlightRepliesFinishThenSessionsEndWithAdminShutdown)
   PGconn* late = PQconnectdb(relay.conninfo().c_str());
   EXPECT_EQ(PQstatus(late), CONNECTION_BAD);
   PQfinish(late);
+}
+
+// Sessions whose upstream backends are kept between them (--pool-idle-timeout). Each test uses
+// its own application_name, so that the backends of one are not those of another.
+class PassThroughPool : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pg_ = new PgServer(replica_options());
+    RelayOptions options;
+    options.pool_idle_timeout = std::chrono::seconds(3);
+    relay_ = new RelayHarness(*pg_, options);
+    pg_->exec("CREATE TABLE pool_t (id int); GRANT ALL ON pool_t TO app");
+  }
+  static void TearDownTestSuite() {
+    delete relay_;
+    delete pg_;
+  }
+  static std::string conninfo(const std::string& application, const std::string& extra = {}) {
+    return relay_->conninfo("application_name=" + application + " " + extra);
+  }
+  // The backend pid of a session that ran `sql` as `application`, and left.
+  static std::string leave_after(const std::string& application, const std::string& sql = {}) {
+    PgConnection conn(conninfo(application));
+    if (!sql.empty()) conn.exec(sql);
+    return conn.scalar("SELECT pg_backend_pid()");
+  }
+  // Backends of `application`'s sessions kept now, as the upstream shows them: idle after the
+  // DISCARD ALL that reset them. (The pool's own count covers every test's.)
+  static std::size_t kept(const std::string& application) {
+    return pg_
+        ->exec("SELECT 1 FROM pg_stat_activity WHERE application_name = '" + application +
+               "' AND state = 'idle' AND query = 'DISCARD ALL'")
+        .size();
+  }
+  static bool kept_becomes(const std::string& application, std::size_t n) {
+    for (int i = 0; i < 500; ++i) {
+      if (kept(application) == n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  static bool backend_alive(const std::string& pid) {
+    return pg_->exec("SELECT 1 FROM pg_stat_activity WHERE pid = " + pid).size() == 1;
+  }
+  static PgServer* pg_;
+  static RelayHarness* relay_;
+};
+PgServer* PassThroughPool::pg_ = nullptr;
+RelayHarness* PassThroughPool::relay_ = nullptr;
+
+TEST_F(PassThroughPool, AKeptBackendServesTheNextSessionWithItsStateReset) {
+  const std::string first = leave_after(
+      "reuse",
+      "SET search_path TO pg_catalog; SET statement_timeout = '5s'; SET DateStyle = 'SQL, DMY';"
+      "CREATE TEMP TABLE reuse_temp (id int); PREPARE reuse_p AS SELECT 1; LISTEN reuse_ch;"
+      "SELECT pg_advisory_lock(4242)");
+  ASSERT_TRUE(kept_becomes("reuse", 1));
+  EXPECT_GE(relay_->kept_backends(), 1u);
+  PgConnection conn(conninfo("reuse"));
+  EXPECT_EQ(conn.scalar("SELECT pg_backend_pid()"), first);
+  EXPECT_EQ(std::to_string(PQbackendPID(conn.raw())), first);
+  EXPECT_EQ(kept("reuse"), 0u);
+  // What the first session set is gone: settings, temporary table, prepared statement, LISTEN,
+  // advisory lock.
+  EXPECT_EQ(conn.scalar("SHOW search_path"), "\"$user\", public");
+  EXPECT_EQ(conn.scalar("SHOW statement_timeout"), "0");
+  EXPECT_EQ(conn.scalar("SELECT count(*) FROM pg_class WHERE relname = 'reuse_temp'"), "0");
+  EXPECT_EQ(conn.scalar("SELECT count(*) FROM pg_prepared_statements"), "0");
+  EXPECT_EQ(conn.scalar("SELECT count(*) FROM pg_listening_channels()"), "0");
+  EXPECT_EQ(pg_->exec("SELECT pg_try_advisory_lock(4242), pg_advisory_unlock(4242)")[0][0], "t");
+  // The startup report is the backend's after the reset, not what the last session set.
+  EXPECT_STREQ(PQparameterStatus(conn.raw(), "DateStyle"), "ISO, MDY");
+  EXPECT_EQ(conn.scalar("SHOW DateStyle"), "ISO, MDY");
+  EXPECT_STREQ(PQparameterStatus(conn.raw(), "application_name"), "reuse");
+  // Its cancel key is new, and reaches the same backend.
+  ASSERT_EQ(PQsendQuery(conn.raw(), "SELECT pg_sleep(30)"), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  PGcancel* cancel = PQgetCancel(conn.raw());
+  char err[256];
+  ASSERT_EQ(PQcancel(cancel, err, sizeof err), 1) << err;
+  PQfreeCancel(cancel);
+  PGresult* res = PQgetResult(conn.raw());
+  EXPECT_STREQ(PQresultErrorField(res, PG_DIAG_SQLSTATE), "57014");
+  PQclear(res);
+  while ((res = PQgetResult(conn.raw())) != nullptr) PQclear(res);
+}
+
+TEST_F(PassThroughPool, ABackendLeftInATransactionEndsAndRollsBack) {
+  const std::string first = leave_after("in_txn", "BEGIN; INSERT INTO pool_t VALUES (1)");
+  for (int i = 0; i < 500 && backend_alive(first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(backend_alive(first));
+  EXPECT_EQ(pg_->exec("SELECT count(*) FROM pool_t")[0][0], "0");
+  // So does one whose client leaves with a failed transaction.
+  std::string failed;
+  {
+    PgConnection conn(conninfo("in_txn"));
+    failed = conn.scalar("SELECT pg_backend_pid()");
+    PQclear(PQexec(conn.raw(), "BEGIN; SELECT 1/0"));
+    ASSERT_EQ(PQtransactionStatus(conn.raw()), PQTRANS_INERROR);
+  }
+  for (int i = 0; i < 500 && backend_alive(failed); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(backend_alive(failed));
+}
+
+TEST_F(PassThroughPool, OnlySessionsWithTheSameParametersShareABackend) {
+  const std::string a = leave_after("params_a");
+  ASSERT_TRUE(kept_becomes("params_a", 1));
+  const std::string b = leave_after("params_b");
+  EXPECT_NE(a, b);
+  ASSERT_TRUE(kept_becomes("params_b", 1));
+  PgConnection other_options(conninfo("params_a", "options='-c work_mem=8MB'"));
+  EXPECT_NE(other_options.scalar("SELECT pg_backend_pid()"), a);
+  EXPECT_EQ(other_options.scalar("SHOW work_mem"), "8MB");
+  EXPECT_EQ(leave_after("params_a"), a);
+  EXPECT_EQ(leave_after("params_b"), b);
+}
+
+TEST_F(PassThroughPool, ABackendTheUpstreamEndedIsNotGivenOut) {
+  const std::string first = leave_after("terminated");
+  ASSERT_TRUE(kept_becomes("terminated", 1));
+  pg_->exec("SELECT pg_terminate_backend(" + first + ")");
+  for (int i = 0; i < 500 && backend_alive(first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PgConnection conn(conninfo("terminated"));
+  EXPECT_EQ(conn.scalar("SELECT 'fresh backend'"), "fresh backend");
+  EXPECT_NE(conn.scalar("SELECT pg_backend_pid()"), first);
+}
+
+TEST_F(PassThroughPool, KeptBackendsCloseAfterTheIdleTimeout) {
+  const std::string first = leave_after("idle");
+  ASSERT_TRUE(kept_becomes("idle", 1));
+  EXPECT_TRUE(backend_alive(first));
+  // The timeout is 3 s; the sweep runs every 0.75 s.
+  for (int i = 0; i < 1000 && backend_alive(first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(backend_alive(first));
+}
+
+// With a timeout long enough that only pgrelay closes what it keeps: before a statement that
+// needs a database to itself, and at shutdown.
+TEST(PassThroughPoolLifecycle, KeptBackendsCloseBeforeDatabaseDdlAndAtShutdown) {
+  PgServer pg(replica_options());
+  RelayOptions options;
+  options.pool_idle_timeout = std::chrono::seconds(600);
+  RelayHarness relay(pg, options);
+  auto alive = [&](const std::string& pid) {
+    return pg.exec("SELECT 1 FROM pg_stat_activity WHERE pid = " + pid).size() == 1;
+  };
+  auto wait_for_kept = [&](std::size_t n) {
+    for (int i = 0; i < 500 && relay.kept_backends() != n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return relay.kept_backends();
+  };
+  pg.exec("CREATE DATABASE pool_drop OWNER app");
+  pg.exec("CREATE DATABASE pool_rename OWNER app");
+  std::string in_drop;
+  {
+    PgConnection conn(relay.conninfo("dbname=pool_drop"));
+    in_drop = conn.scalar("SELECT pg_backend_pid()");
+  }
+  { PgConnection conn(relay.conninfo("dbname=pool_rename")); }
+  ASSERT_EQ(wait_for_kept(2), 2u);
+  // The upstream would wait 5 s for the kept backends to leave, then refuse with 55006.
+  std::string in_postgres;
+  {
+    PgConnection conn(relay.conninfo());
+    in_postgres = conn.scalar("SELECT pg_backend_pid()");
+    conn.exec("DROP DATABASE pool_drop");
+    conn.exec("ALTER DATABASE pool_rename RENAME TO pool_renamed");
+    EXPECT_FALSE(alive(in_drop));
+    EXPECT_EQ(relay.kept_backends(), 0u);
+    conn.exec("DROP DATABASE pool_renamed");
+  }
+  ASSERT_EQ(wait_for_kept(1), 1u);
+  relay.begin_shutdown();
+  for (int i = 0; i < 500 && alive(in_postgres); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(alive(in_postgres));
+  EXPECT_EQ(relay.kept_backends(), 0u);
 }
 
 TEST(PassThroughTls, TlsConnectionsWork) {

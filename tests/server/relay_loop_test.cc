@@ -86,7 +86,7 @@ bool quiet(int fd) {
 // One session on a running loop: the test holds the far ends of its two sockets.
 class LoopSession {
  public:
-  explicit LoopSession(bool watch_drops = false) {
+  explicit LoopSession(bool watch_drops = false, bool keep_backend = false) {
     EXPECT_TRUE(loop_.start().ok());
     rewrite_ = [](std::string_view sql, const StatementSource&) -> std::optional<std::string> {
       if (sql == "SELECT 1") return std::string("SELECT 2");
@@ -95,7 +95,8 @@ class LoopSession {
     session_.client = pair(client_);
     session_.upstream = pair(upstream_);
     session_.rewrite = &rewrite_;
-    session_.watch_drops = watch_drops;
+    session_.watch_database_ddl = watch_drops;
+    session_.keep_backend = keep_backend;
     io_thread_ = std::thread([this] { io_.run(); });
   }
   ~LoopSession() {
@@ -229,6 +230,37 @@ TEST(RelayLoopTest, ADropDatabaseGoesBackToItsCoroutineUnsent) {
   EXPECT_EQ(back.state.replies_expected, 1u);
   EXPECT_TRUE(back.client.fd && back.upstream.fd);
   EXPECT_TRUE(quiet(s.upstream()));
+}
+
+// With keep_backend: a client that ends its session between replies leaves its backend to the
+// pool, the Terminate unsent; one that ends it with a reply owed ends the backend's too.
+TEST(RelayLoopTest, AnIdleClientsTerminateGivesTheBackendBackUnsent) {
+  LoopSession s(/*watch_drops=*/false, /*keep_backend=*/true);
+  s.start();
+  send_all(s.client(), query("SELECT 5"));
+  EXPECT_EQ(read_exactly(s.upstream(), query("SELECT 5").size()), query("SELECT 5"));
+  const Bytes reply = concat({frame('C', std::string("SELECT 1") + '\0'), frame('Z', "I")});
+  send_all(s.upstream(), reply);
+  EXPECT_EQ(read_exactly(s.client(), reply.size()), reply);
+  send_all(s.client(), concat({frame('X', ""), query("SELECT 6")}));
+  RelayedSession back = s.returned();
+  EXPECT_FALSE(back.ended);
+  EXPECT_TRUE(back.state.client_left);
+  EXPECT_TRUE(back.from_client.empty());  // nothing after a Terminate counts
+  EXPECT_TRUE(back.to_upstream.empty());
+  EXPECT_TRUE(back.client.fd && back.upstream.fd);
+  EXPECT_TRUE(quiet(s.upstream()));
+}
+
+TEST(RelayLoopTest, ATerminateWithAReplyOwedEndsTheBackendToo) {
+  LoopSession s(/*watch_drops=*/false, /*keep_backend=*/true);
+  s.start();
+  send_all(s.client(), concat({query("SELECT 5"), frame('X', "")}));
+  const Bytes sent = concat({query("SELECT 5"), frame('X', "")});
+  EXPECT_EQ(read_exactly(s.upstream(), sent.size()), sent);
+  RelayedSession back = s.returned();
+  EXPECT_TRUE(back.ended);
+  EXPECT_FALSE(back.state.client_left);
 }
 
 TEST(RelayLoopTest, RecallGivesBackEveryByteInFlightAndTakesNoMore) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
@@ -13,6 +14,7 @@
 #include "log/change_log.h"
 #include "log/slots.h"
 #include "pg_server.h"
+#include "server/backend_pool.h"
 #include "server/relay_loop.h"
 #include "server/replication_hubs.h"
 #include "server/server.h"
@@ -56,6 +58,8 @@ struct RelayOptions {
   // Plain-socket pass-through sessions run on a RelayLoop, as in `pgrelay serve`. The
   // environment can turn it off (PGRELAY_TEST_RELAY_LOOP=off) to test the io thread's path.
   bool relay_loop = relay_loop_by_default();
+  // Above zero: upstream backends are kept between sessions this long (BackendPool).
+  std::chrono::milliseconds pool_idle_timeout{0};
 
   static bool relay_loop_by_default() {
     const char* setting = std::getenv("PGRELAY_TEST_RELAY_LOOP");
@@ -122,6 +126,13 @@ class RelayHarness {
       if (!started.ok()) throw PgError(started.error().message);
       context_.relay_loop = &relay_loop_;
     }
+    if (options.pool_idle_timeout.count() > 0) {
+      server::BackendPool::Settings pool;
+      pool.idle_timeout = options.pool_idle_timeout;
+      pool_backends_ = std::make_unique<server::BackendPool>(io_.get_executor(), pool);
+      pool_backends_->start();
+      context_.backend_pool = pool_backends_.get();
+    }
     server_ = std::make_unique<server::Server>(io_, context_);
     auto bound = server_->listen("127.0.0.1", 0);
     if (!bound.ok()) throw PgError(bound.error().message);
@@ -157,9 +168,16 @@ class RelayHarness {
       server_->stop_accepting();
       context_.shutdown.trigger();
       relay_loop_.recall_all();
+      if (pool_backends_) pool_backends_->stop();
       done.set_value();
     });
     done.get_future().get();
+  }
+  // Upstream backends kept for reuse, read on the io thread.
+  std::size_t kept_backends() {
+    std::promise<std::size_t> count;
+    asio::post(io_, [&] { count.set_value(pool_backends_ ? pool_backends_->size() : 0); });
+    return count.get_future().get();
   }
   // Sessions the server holds, read on its io thread.
   std::size_t session_count() {
@@ -179,6 +197,7 @@ class RelayHarness {
   }
   server::RelayLoop relay_loop_;
   server::ServerContext context_;
+  std::unique_ptr<server::BackendPool> pool_backends_;
   std::unique_ptr<log::ChangeLog> log_;
   std::unique_ptr<log::SlotRegistry> slots_;
   std::unique_ptr<asio::thread_pool> pool_;
