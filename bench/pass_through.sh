@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Pass-through overhead: pgbench TPS through pgrelay vs directly against the same upstream,
-# side by side in one run (select-only and the default TPC-B-like script). When pgbouncer is
-# installed (apt-get install pgbouncer), it runs too, in session mode, as the reference for
-# what any proxy in the path costs on the same machine, twice:
+# side by side in one run (select-only and the default TPC-B-like script). pgrelay runs twice:
+# as it starts by default (a new upstream backend per session), and "pgrelay kept" with
+# --pool-idle-timeout, which keeps a backend for the next session as pgbouncer does. When
+# pgbouncer is installed (apt-get install pgbouncer), it runs too, in session mode, as the
+# reference for what any proxy in the path costs on the same machine, twice:
 #  - "pgbouncer": its defaults, which keep a server connection after its client leaves and give
 #    it to the next client. Each round's pgbench clients then run on backends that earlier
 #    rounds warmed (shared buffers already mapped, caches filled), which direct connections and
@@ -32,10 +34,13 @@ PG_PORT=$((20000 + RANDOM % 10000))
 RELAY_PORT=$((PG_PORT + 1))
 BOUNCER_PORT=$((PG_PORT + 2))
 FRESH_PORT=$((PG_PORT + 3))
+KEPT_PORT=$((PG_PORT + 4))
 AS=()
 [ "$(id -u)" -eq 0 ] && { chown postgres "$WORK"; AS=(runuser -u postgres --); }
 cleanup() {
-  [ -n "${RELAY_PID:-}" ] && kill "$RELAY_PID" 2>/dev/null && wait "$RELAY_PID" 2>/dev/null || true
+  for pid in "${RELAY_PID:-}" "${KEPT_PID:-}"; do
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  done
   for pidfile in "$WORK"/pgbouncer*.pid; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
@@ -55,11 +60,19 @@ export PGPASSWORD=bench
 # autogroup scheduling (sched_autogroup_enabled, on in Debian), a session is one scheduling
 # group, and a proxy left in this script's session would share pgbench's CPU share. Measured:
 # 3.6 involuntary context switches per tpcb-like transaction there, 1.9 in its own session.
-setsid "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/postgres?sslmode=disable" \
-  --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay" --no-tls > "$WORK/relay.out" 2> "$WORK/relay.err" &
-RELAY_PID=$!
-for _ in $(seq 100); do grep -q "pgrelay ready" "$WORK/relay.out" 2>/dev/null && break; sleep 0.1; done
-grep -q "pgrelay ready" "$WORK/relay.out" || { cat "$WORK/relay.err" >&2; exit 1; }
+# Starts one pgrelay: NAME PORT [OPTION...]; its pid is in $STARTED_PID.
+start_relay() {
+  local name=$1 port=$2; shift 2
+  setsid "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/postgres?sslmode=disable" \
+    --listen "127.0.0.1:$port" --data-dir "$WORK/$name" --no-tls "$@" > "$WORK/$name.out" 2> "$WORK/$name.err" &
+  STARTED_PID=$!
+  for _ in $(seq 100); do grep -q "pgrelay ready" "$WORK/$name.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "pgrelay ready" "$WORK/$name.out" || { cat "$WORK/$name.err" >&2; exit 1; }
+}
+start_relay relay "$RELAY_PORT"
+RELAY_PID=$STARTED_PID
+start_relay relay-kept "$KEPT_PORT" --pool-idle-timeout 600  # pgbouncer's server_idle_timeout
+KEPT_PID=$STARTED_PID
 
 BOUNCER=$(command -v pgbouncer || true)
 # Starts one pgbouncer: NAME PORT [SETTING...] (settings as lines of its ini file).
@@ -127,7 +140,8 @@ cpu_cell() {  # FILE: median user+system us per transaction (stored in hundredth
 BOUNCER_PID=""
 FRESH_PID=""
 [ -n "$BOUNCER" ] && BOUNCER_PID=$(cat "$WORK/pgbouncer.pid") && FRESH_PID=$(cat "$WORK/pgbouncer-fresh.pid")
-printf "%-22s %8s %9s %7s %10s" workload direct pgrelay share "cpu us/tx"
+printf "%-22s %8s %9s %7s %10s %12s %7s %10s" workload direct pgrelay share "cpu us/tx" \
+  "pgrelay kept" share "cpu us/tx"
 [ -n "$BOUNCER" ] && printf " %9s %7s %10s %13s %7s %10s" pgbouncer share "cpu us/tx" "pgbouncer 1:1" share "cpu us/tx"
 printf "   (median of %s rounds; cpu = user+system)\n" "$ROUNDS"
 for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" ; do
@@ -137,6 +151,8 @@ for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" 
     measure_round direct "$PG_PORT" "" "$name" $args
     # shellcheck disable=SC2086
     measure_round pgrelay "$RELAY_PORT" "$RELAY_PID" "$name" $args
+    # shellcheck disable=SC2086
+    measure_round pgrelay-kept "$KEPT_PORT" "$KEPT_PID" "$name" $args
     if [ -n "$BOUNCER" ]; then
       # shellcheck disable=SC2086
       measure_round pgbouncer "$BOUNCER_PORT" "$BOUNCER_PID" "$name" $args
@@ -146,8 +162,10 @@ for mode in "select-only:-S" "select-only-prepared:-S -M prepared" "tpcb-like:" 
   done
   direct=$(column_median "$WORK/direct.$name" 1)
   relayed=$(column_median "$WORK/pgrelay.$name" 1)
-  printf "%-22s %8.0f %9.0f %7s %10s" "$name" "$direct" "$relayed" "$(share "$relayed" "$direct")" \
-    "$(cpu_cell "$WORK/pgrelay.$name")"
+  kept=$(column_median "$WORK/pgrelay-kept.$name" 1)
+  printf "%-22s %8.0f %9.0f %7s %10s %12.0f %7s %10s" "$name" "$direct" "$relayed" \
+    "$(share "$relayed" "$direct")" "$(cpu_cell "$WORK/pgrelay.$name")" \
+    "$kept" "$(share "$kept" "$direct")" "$(cpu_cell "$WORK/pgrelay-kept.$name")"
   if [ -n "$BOUNCER" ]; then
     for system in pgbouncer pgbouncer-fresh; do
       bounced=$(column_median "$WORK/$system.$name" 1)
