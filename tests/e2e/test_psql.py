@@ -4,7 +4,7 @@ import signal
 import subprocess
 import time
 
-from e2e_support import PG_BIN, expect, expect_eq, main
+from e2e_support import PG_BIN, expect, expect_eq, main, wait_until
 
 TABLE = """
 CREATE TABLE t_psql (id int PRIMARY KEY, name text NOT NULL, amount numeric(10,2), note text);
@@ -183,12 +183,34 @@ SELECT id, name, amount, coalesce(note, '<null>') FROM t_psql WHERE id < 100 ORD
         expect("terminating connection due to administrator command" in err,
                "then the session ends with FATAL 57P01", got=err)
 
+    def kept_backends():
+        # `pgrelay serve --pool-idle-timeout`: one psql after another gets the same upstream
+        # backend, reset; SIGTERM ends the one kept.
+        kept = env.start_relay(data_dir=os.path.join(env.base, "relay-kept"),
+                               extra_args=("--pool-idle-timeout", "60"))
+        first = run_ok(env, kept, None, args=["-c", "SET search_path TO pg_catalog",
+                                              "-c", "SELECT pg_backend_pid()"]).strip()
+        # The first psql's backend is kept once it is idle after the reset.
+        wait_until(lambda: env.direct_query(
+            "SELECT state, query FROM pg_stat_activity WHERE pid = %s", (int(first),)) ==
+            [("idle", "DISCARD ALL")], 10, "the first session's backend kept")
+        second = run_ok(env, kept, None, args=["-c", "SELECT pg_backend_pid()",
+                                               "-c", "SHOW search_path"]).split()
+        expect_eq(second[0], first, "the second session's backend")
+        expect_eq(" ".join(second[1:]), '"$user", public', "its search_path, reset")
+        kept.stop(signal.SIGTERM, timeout=15)
+        wait_until(lambda: env.direct_query(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (int(first),))[0][0] == 0,
+            10, "the kept backend to end with pgrelay")
+
     env.check("psql simple protocol", simple)
     env.check("psql sees wal_level=logical (upstream has replica)", virtual_settings)
     env.check("psql extended protocol (\\gdesc) and fastpath (\\lo_*)", extended)
     env.check("psql multi-statement transaction", transaction)
     env.check("psql \\copy in and out (csv and binary)", copy)
     env.check("psql errors with SQLSTATE", errors)
+    env.check("psql sessions one after another share a kept backend (--pool-idle-timeout)",
+              kept_backends)
     env.check("SIGTERM lets the query in flight finish", shutdown_mid_query)  # stops pgrelay: last
 
 
