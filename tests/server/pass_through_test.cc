@@ -618,13 +618,25 @@ TEST(PassThroughPoolLifecycle, KeptBackendsCloseBeforeDatabaseDdlAndAtShutdown) 
 
 TEST(PassThroughTls, TlsConnectionsWork) {
   PgServer pg(replica_options());
-  RelayHarness relay(pg, RelayOptions{true});
-  PgConnection conn(relay.conninfo("sslmode=require"));
-  EXPECT_EQ(conn.scalar("SELECT 7"), "7");
-  EXPECT_EQ(PQsslInUse(conn.raw()), 1);
-  // SCRAM with channel binding over TLS.
+  RelayOptions options;
+  options.tls = true;
+  options.pool_idle_timeout = std::chrono::seconds(60);
+  RelayHarness relay(pg, options);
+  std::string pid;
+  {
+    PgConnection conn(relay.conninfo("sslmode=require"));
+    EXPECT_EQ(conn.scalar("SELECT 7"), "7");
+    EXPECT_EQ(PQsslInUse(conn.raw()), 1);
+    pid = conn.scalar("SELECT pg_backend_pid()");
+  }
+  for (int i = 0; i < 500 && relay.kept_backends() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // SCRAM with channel binding over TLS; a TLS session's backend is kept too (TLS sessions
+  // stay on the io thread's path).
   PgConnection bound(relay.conninfo("sslmode=require channel_binding=require"));
   EXPECT_EQ(bound.scalar("SELECT 8"), "8");
+  EXPECT_EQ(bound.scalar("SELECT pg_backend_pid()"), pid);
 }
 
 }  // namespace
