@@ -122,7 +122,10 @@ std::optional<upstream::UpstreamLink> BackendPool::take(const std::string& datab
   }
   if (backends.empty()) kept_.erase(it);
   count_size();
-  if (found && metrics_) metrics_->counter(kReusedBackends).inc();
+  if (found) {
+    ++reused_;
+    if (metrics_) metrics_->counter(kReusedBackends).inc();
+  }
   return found;
 }
 

@@ -4,6 +4,7 @@
 #include <asio/steady_timer.hpp>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -64,6 +65,8 @@ class BackendPool {
   void close_database(const std::string& database);
 
   std::size_t size() const { return size_; }
+  // Sessions given a kept backend so far.
+  std::uint64_t reused() const { return reused_; }
 
  private:
   struct Key {
@@ -87,6 +90,7 @@ class BackendPool {
   asio::steady_timer sweep_;
   std::map<Key, std::vector<Kept>> kept_;  // each vector oldest first
   std::size_t size_ = 0;
+  std::uint64_t reused_ = 0;
   bool stopped_ = false;
 };
 

@@ -179,6 +179,12 @@ class RelayHarness {
     asio::post(io_, [&] { count.set_value(pool_backends_ ? pool_backends_->size() : 0); });
     return count.get_future().get();
   }
+  // Sessions given a kept backend so far, read on the io thread.
+  std::uint64_t reused_backends() {
+    std::promise<std::uint64_t> count;
+    asio::post(io_, [&] { count.set_value(pool_backends_ ? pool_backends_->reused() : 0); });
+    return count.get_future().get();
+  }
   // Sessions the server holds, read on its io thread.
   std::size_t session_count() {
     std::promise<std::size_t> count;

@@ -34,8 +34,8 @@
 #include <thread>
 #include <vector>
 
-// md5_auth.h before scram.h (which server_fixture.h includes): its StoredPasswordType::kScramVerifier
-// would otherwise shadow wire::kScramSha256 under -Wshadow.
+// md5_auth.h before scram.h (which server_fixture.h includes): its
+// StoredPasswordType::kScramVerifier would otherwise shadow wire::kScramSha256 under -Wshadow.
 #include "wire/md5_auth.h"
 
 #include "server_fixture.h"
@@ -996,6 +996,12 @@ bool wait_for_no_sessions(RelayHarness& relay, std::chrono::seconds limit) {
   return true;
 }
 
+// PGRELAY_SESSION_FUZZ_POOL=1: pass-through backends are kept between sessions
+// (--pool-idle-timeout), so that sessions, mutated or not, also start on kept backends.
+bool pooled() {
+  return env_u64("PGRELAY_SESSION_FUZZ_POOL", 0) != 0;
+}
+
 class SessionFuzzTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -1004,6 +1010,9 @@ class SessionFuzzTest : public ::testing::Test {
     pg_ = new PgServer(options);
     RelayOptions relay_options;
     relay_options.replication = true;
+    if (pooled()) {
+      relay_options.pool_idle_timeout = std::chrono::seconds(60);
+    }
     relay_ = new RelayHarness(*pg_, relay_options);
     pg_->exec(
         "CREATE TABLE IF NOT EXISTS fz_t (id int primary key); CREATE PUBLICATION fz_pub "
@@ -1097,6 +1106,11 @@ TEST_F(SessionFuzzTest, MutatedConversationsNeverCrashHangOrLeak) {
     EXPECT_GT(stats.logins, stats.sessions / 10) << "the seeds hardly ever log in";
     EXPECT_GT(stats.fatal, stats.sessions / 10) << "the mutations hardly ever cause an error";
     EXPECT_GT(stats.streamed, 0u) << "no session reached START_REPLICATION";
+    if (pooled()) {
+      std::printf("session fuzz: %llu sessions got a kept backend\n",
+                  static_cast<unsigned long long>(relay_->reused_backends()));
+      EXPECT_GT(relay_->reused_backends(), 0u) << "no session got a kept backend";
+    }
   }
 
   // The server is empty again and serves normal clients.
