@@ -57,7 +57,7 @@ upstream::awaitable<bool> discard_all(upstream::UpstreamLink& link) {
       }
       case wire::ReadyForQuery::kTag: {
         auto ready = wire::parse_ready_for_query(frame->body);
-        co_return discarded&& ready.ok() && ready->status == wire::TransactionStatus::kIdle;
+        co_return (discarded && ready.ok() && ready->status == wire::TransactionStatus::kIdle);
       }
       default:
         co_return false;

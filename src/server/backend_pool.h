@@ -19,9 +19,9 @@ namespace pgrelay::server {
 // A new upstream backend costs a fork, a login and warming its caches: measured with pgbench,
 // fresh backends spent about a third more CPU per short transaction (62-66 against 47 us)
 // than ones that had served earlier sessions. Like pgbouncer's session mode, pgrelay can keep
-// a backend whose client ended its session cleanly (Terminate, no reply owed, no transaction open)
-// and give it to the next session of the same database and startup parameters; the upstream user is
-// pgrelay's own, so those two decide everything a backend was started with.
+// a backend whose client ended its session cleanly (Terminate, no reply owed, no transaction
+// open) and give it to the next session of the same database and startup parameters; the
+// upstream user is pgrelay's own, so those two decide everything a backend was started with.
 //
 // Before a backend is kept, DISCARD ALL resets what its last session changed: settings, SET
 // ROLE and SET SESSION AUTHORIZATION, prepared statements, cursors, temporary tables, LISTEN,
@@ -60,8 +60,8 @@ class BackendPool {
   // out, or the pool is full or stopped.
   upstream::awaitable<void> give_back(std::string database, StartupParameters parameters,
                                       upstream::UpstreamLink link);
-  // Closes the backends kept for `database`, which the upstream would count as in use by DROP
-  // DATABASE, ALTER DATABASE ... RENAME or CREATE DATABASE ... TEMPLATE.
+  // Closes the backends kept for `database`, which the upstream would count as in use by the
+  // statements of databases_used_alone (DROP DATABASE and others).
   void close_database(const std::string& database);
 
   std::size_t size() const { return size_; }
