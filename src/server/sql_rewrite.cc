@@ -783,6 +783,7 @@ std::vector<std::string> databases_used_alone(std::string_view sql) {
         if (stmt->createdb_stmt != nullptr) {
           name = database_option(stmt->createdb_stmt->options, stmt->createdb_stmt->n_options,
                                  "template");
+          if (name == nullptr) name = "template1";  // Postgres's default template
         }
         break;
       case PG_QUERY__NODE__NODE_ALTER_DATABASE_STMT:

@@ -70,9 +70,9 @@ class SqlRewriter {
 std::vector<std::string> dropped_databases(std::string_view sql);
 // The databases `sql` needs no other session connected to, in statement order: those it drops,
 // renames (ALTER DATABASE ... RENAME TO), moves (ALTER DATABASE ... SET TABLESPACE) or copies
-// (CREATE DATABASE ... TEMPLATE). The upstream refuses these while another backend is
-// connected there, so pgrelay closes the backends it keeps there first (BackendPool). Cheap
-// and empty as dropped_databases.
+// (CREATE DATABASE, from its TEMPLATE or template1). The upstream refuses these while another
+// backend is connected there, so pgrelay closes the backends it keeps there first
+// (BackendPool). Cheap and empty as dropped_databases.
 std::vector<std::string> databases_used_alone(std::string_view sql);
 
 }  // namespace pgrelay::server

@@ -594,7 +594,8 @@ TEST(PassThroughPoolLifecycle, KeptBackendsCloseBeforeDatabaseDdlAndAtShutdown) 
     in_drop = conn.scalar("SELECT pg_backend_pid()");
   }
   { PgConnection conn(relay.conninfo("dbname=pool_rename")); }
-  ASSERT_EQ(wait_for_kept(2), 2u);
+  { PgConnection conn(relay.conninfo("dbname=template1")); }
+  ASSERT_EQ(wait_for_kept(3), 3u);
   // The upstream would wait 5 s for the kept backends to leave, then refuse with 55006.
   std::string in_postgres;
   {
@@ -602,9 +603,11 @@ TEST(PassThroughPoolLifecycle, KeptBackendsCloseBeforeDatabaseDdlAndAtShutdown) 
     in_postgres = conn.scalar("SELECT pg_backend_pid()");
     conn.exec("DROP DATABASE pool_drop");
     conn.exec("ALTER DATABASE pool_rename RENAME TO pool_renamed");
+    conn.exec("CREATE DATABASE pool_copy");  // from template1
     EXPECT_FALSE(alive(in_drop));
     EXPECT_EQ(relay.kept_backends(), 0u);
     conn.exec("DROP DATABASE pool_renamed");
+    conn.exec("DROP DATABASE pool_copy");
   }
   ASSERT_EQ(wait_for_kept(1), 1u);
   relay.begin_shutdown();

@@ -403,8 +403,8 @@ TEST(DatabasesUsedAloneTest, FindsDropsRenamesMovesAndTemplates) {
             Names{"source"});
   EXPECT_EQ(databases_used_alone("DROP DATABASE a; ALTER DATABASE b RENAME TO c"),
             (Names{"a", "b"}));
-  // Neither needs the database to itself.
-  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy"), Names{});
+  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy"), Names{"template1"});
+  // None of these needs the database to itself.
   EXPECT_EQ(databases_used_alone("ALTER DATABASE app SET work_mem = '8MB'"), Names{});
   EXPECT_EQ(databases_used_alone("ALTER DATABASE app OWNER TO someone"), Names{});
   EXPECT_EQ(databases_used_alone("ALTER TABLE t RENAME TO u"), Names{});
