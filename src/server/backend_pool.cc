@@ -75,10 +75,10 @@ upstream::awaitable<bool> discard_all_within(upstream::UpstreamLink& link,
 }  // namespace
 
 BackendPool::BackendPool(asio::any_io_executor executor, Settings settings, Metrics* metrics)
-    : settings_(settings), metrics_(metrics), sweep_(std::move(executor)) {
-  if (metrics_) {
-    metrics_->gauge(kKeptBackends);
-    metrics_->counter(kReusedBackends);
+    : settings_(settings), sweep_(std::move(executor)) {
+  if (metrics) {
+    kept_gauge_ = &metrics->gauge(kKeptBackends);
+    reused_counter_ = &metrics->counter(kReusedBackends);
   }
 }
 
@@ -124,7 +124,7 @@ std::optional<upstream::UpstreamLink> BackendPool::take(const std::string& datab
   count_size();
   if (found) {
     ++reused_;
-    if (metrics_) metrics_->counter(kReusedBackends).inc();
+    if (reused_counter_) reused_counter_->inc();
   }
   return found;
 }
@@ -187,7 +187,7 @@ void BackendPool::schedule_sweep() {
 void BackendPool::count_size() {
   size_ = 0;
   for (const auto& [key, backends] : kept_) size_ += backends.size();
-  if (metrics_) metrics_->gauge(kKeptBackends).set(static_cast<double>(size_));
+  if (kept_gauge_) kept_gauge_->set(static_cast<double>(size_));
 }
 
 }  // namespace pgrelay::server

@@ -86,7 +86,9 @@ class BackendPool {
   void count_size();
 
   Settings settings_;
-  Metrics* metrics_;
+  // The pool's series, looked up once (null without metrics): updated once per session.
+  Gauge* kept_gauge_ = nullptr;
+  Counter* reused_counter_ = nullptr;
   asio::steady_timer sweep_;
   std::map<Key, std::vector<Kept>> kept_;  // each vector oldest first
   std::size_t size_ = 0;
