@@ -831,7 +831,7 @@ Status ChangeLog::append(std::span<const PendingEntry> batch) {
   return {};
 }
 
-Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor) {
+Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor, ReturnWhen when) {
   if (batch.empty()) return floor;
   if (options_.read_only) return read_only_error();
   AppenderGuard guard(this);
@@ -843,9 +843,15 @@ Result<Lsn> ChangeLog::append_assigning(std::span<PendingEntry> batch, Lsn floor
     e.meta.commit_lsn = base + e.meta.commit_lsn.value();
     e.meta.end_lsn = base + e.meta.end_lsn.value();
   }
-  PGRELAY_TRY(append_locked(batch, lock, appending));
+  const Position visible_before = visible_;
+  PGRELAY_TRY(append_locked(
+      batch, lock, appending,
+      when == ReturnWhen::kWritten ? Publish::kWhenDurableNoWait : Publish::kWhenDurable));
+  // Under ReturnWhen::kWritten the batch may not be shown yet: the fdatasync that shows it
+  // calls the listeners then. (A roll of the segment, or linking spilled entries, shows it.)
+  const bool shown = visible_before < visible_;
   lock.unlock();
-  notify_listeners();
+  if (shown) notify_listeners();
   return base;
 }
 
@@ -855,7 +861,7 @@ Status ChangeLog::append_visible(std::span<const PendingEntry> batch) {
   AppenderGuard guard(this);
   std::unique_lock appending(append_mu_);
   std::unique_lock lock(mu_);
-  PGRELAY_TRY(append_locked(batch, lock, appending, /*wait_durable=*/false));
+  PGRELAY_TRY(append_locked(batch, lock, appending, Publish::kNowSyncLater));
   lock.unlock();
   notify_listeners();
   return {};
@@ -898,7 +904,7 @@ void ChangeLog::note_durable_locked(Lsn end) {
 
 Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
                                 std::unique_lock<std::mutex>& lock,
-                                std::unique_lock<std::mutex>& appending, bool wait_durable) {
+                                std::unique_lock<std::mutex>& appending, Publish publish) {
   if (failed_) return *failed_;
   PGRELAY_TRY(validate_batch_locked(batch));
   PGRELAY_TRY(note_marks_locked(batch));
@@ -942,9 +948,16 @@ Status ChangeLog::append_locked(std::span<const PendingEntry> batch,
       }
       break;
     case SyncPolicy::kFsyncPerCommit:
-      if (!wait_durable) {
+      if (publish == Publish::kNowSyncLater) {
         publish_locked(mine, last_end_lsn_);
         if (sync_idle_) sync_cv_.notify_one();
+        break;
+      }
+      if (publish == Publish::kWhenDurableNoWait) {
+        // Readers wait for it: the sync thread syncs at once (see sync_loop), and calls the
+        // listeners.
+        unannounced_ = true;
+        sync_cv_.notify_one();
         break;
       }
       if (sync_idle_ && !sync_in_progress_ && active_appenders_.load() <= 1) {
@@ -971,7 +984,7 @@ Status ChangeLog::wait_synced(Position target, std::unique_lock<std::mutex>& loc
   return {};
 }
 
-void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
+bool ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
   sync_in_progress_ = true;
   Position goal = written_;
   const Lsn goal_end = last_end_lsn_;  // written_ and last_end_lsn_ move together, under mu_
@@ -992,15 +1005,21 @@ void ChangeLog::sync_once_locked(std::unique_lock<std::mutex>& lock) {
     Error err = st.error();
     err.hint = "Restart pgrelay to recover the log from its last durable state. " + err.hint;
     failed_ = err;
-  } else if (synced_ < goal) {
+  }
+  bool shown = false;  // entries became visible
+  if (st.ok() && synced_ < goal) {
     synced_ = goal;
     note_durable_locked(goal_end);
-    if (options_.sync == SyncPolicy::kFsyncPerCommit) publish_locked(goal, goal_end);
+    shown = options_.sync == SyncPolicy::kFsyncPerCommit && visible_ < goal;
+    if (shown) publish_locked(goal, goal_end);
   }
   synced_cv_.notify_all();
   // Written meanwhile: the sync thread, which does not start an fdatasync while another runs,
   // takes it from here.
   if (synced_ < written_ && !failed_) sync_cv_.notify_one();
+  const bool announce = unannounced_ && shown;
+  if (!(visible_ < written_)) unannounced_ = false;
+  return announce;
 }
 
 // The sync thread. Under kFsyncPerCommit it syncs whenever anything is unsynced: while one
@@ -1015,10 +1034,12 @@ void ChangeLog::sync_loop() {
       sync_idle_ = true;
       sync_cv_.wait(lock, [&] { return stopping_ || (pending() && !sync_in_progress_); });
       sync_idle_ = false;
-      // Only append_visible() data unsynced: nobody waits for it, so let more gather.
-      if (sync_waiters_.empty()) {
+      // Only append_visible() data unsynced (all written is visible): nobody waits for it, so
+      // let more gather.
+      auto awaited = [&] { return !sync_waiters_.empty() || visible_ < written_; };
+      if (!awaited()) {
         sync_cv_.wait_for(lock, options_.visible_sync_delay,
-                          [&] { return stopping_ || !sync_waiters_.empty(); });
+                          [&] { return stopping_ || awaited(); });
       }
       // Let appenders already inside append() write first, so they share this fdatasync.
       auto group_complete = [&] {
@@ -1037,7 +1058,11 @@ void ChangeLog::sync_loop() {
       sync_requested_ = false;
     }
     if (stopping_) break;
-    if (pending() && !sync_in_progress_) sync_once_locked(lock);
+    if (pending() && !sync_in_progress_ && sync_once_locked(lock)) {
+      lock.unlock();
+      notify_listeners();
+      lock.lock();
+    }
   }
   synced_cv_.notify_all();
 }

@@ -170,10 +170,19 @@ class ChangeLog {
   // sync thread syncs at once instead of after visible_sync_delay.
   bool wait_durable(Lsn end, std::chrono::steady_clock::time_point deadline);
 
+  // When append_assigning() returns. Its entries are shown to readers once durable either way.
+  enum class ReturnWhen {
+    kDurable,
+    // Once written: under kFsyncPerCommit the sync thread makes the batch durable (at once, not
+    // after visible_sync_delay) and shows it then, while the appender goes on, e.g. to read its
+    // next batch. It must release its own copy only up to durable_end_lsn() (wait_durable()).
+    kWritten,
+  };
   // Like append(), but the log chooses the LSNs: the entries' LSNs are offsets relative to the
   // batch, and the log shifts them all by one base = max(`floor`, last end LSN + 1), so that
   // concurrent appenders need not agree on positions and LSNs are never reused. Returns the base.
-  Result<Lsn> append_assigning(std::span<PendingEntry> batch, Lsn floor);
+  Result<Lsn> append_assigning(std::span<PendingEntry> batch, Lsn floor,
+                               ReturnWhen when = ReturnWhen::kDurable);
 
   // A cursor at the first entry whose commit LSN is >= `start` (Postgres's restart rule).
   // Errors if `start` lies in removed segments. The log must outlive its cursors.
@@ -231,9 +240,15 @@ class ChangeLog {
   struct AppenderGuard;
   Error read_only_error() const;
   // `lock` holds mu_ and `appending` append_mu_ (released once the batch is written).
-  // `wait_durable` false: publish at once and leave the fdatasync to the sync thread.
+  // How append_locked() shows a batch to readers and when it returns.
+  enum class Publish {
+    kWhenDurable,        // shown once durable; returns then (append)
+    kWhenDurableNoWait,  // shown once durable; returns once written (ReturnWhen::kWritten)
+    kNowSyncLater,       // shown once written; returns then (append_visible)
+  };
   Status append_locked(std::span<const PendingEntry> batch, std::unique_lock<std::mutex>& lock,
-                       std::unique_lock<std::mutex>& appending, bool wait_durable = true);
+                       std::unique_lock<std::mutex>& appending,
+                       Publish publish = Publish::kWhenDurable);
   // After an fdatasync that covered everything written: synced_ and durable_end_lsn_ catch up.
   void mark_synced_locked();
   // Writes the batch's records at the end of `seg` and notes them in its info and index.
@@ -274,7 +289,9 @@ class ChangeLog {
   Status append_linking_locked(std::span<const PendingEntry> batch);
   Status validate_batch_locked(std::span<const PendingEntry> batch) const;
   Status wait_synced(Position target, std::unique_lock<std::mutex>& lock);
-  void sync_once_locked(std::unique_lock<std::mutex>& lock);
+  // Runs one fdatasync of what is written. True when it showed readers entries whose appender
+  // did not wait for it (ReturnWhen::kWritten): the caller then calls the visible listeners.
+  bool sync_once_locked(std::unique_lock<std::mutex>& lock);
   // Readers see up to `pos`, which ends with the entry ending at `through`.
   void publish_locked(Position pos, Lsn through);
   // An fdatasync covered every entry up to the one ending at `end`.
@@ -312,6 +329,9 @@ class ChangeLog {
   // The sync thread waits for unsynced data. Only then does append_visible() wake it: while it
   // lets append_visible() data gather, a wake-up per batch would only cost a context switch.
   bool sync_idle_ = false;
+  // Entries of an appender that did not wait (ReturnWhen::kWritten) are written and not yet
+  // shown: the fdatasync that shows them also calls the visible listeners.
+  bool unannounced_ = false;
   // Group commit: appenders inside append() (counted before they take the mutex) and the
   // targets of those waiting for an fdatasync. The sync thread briefly waits until every
   // appender in flight waits for data not yet synced, so that one fdatasync covers them all

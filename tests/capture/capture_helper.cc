@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   }
   log::LogOptions lo;
   lo.dir = argv[2];
-  lo.sync = log::SyncPolicy::kInterval;  // a killed process loses nothing written(2)
+  // As `pgrelay serve` runs: each poll returns once its batch is written, the sync thread makes
+  // it durable and shows it, and rows are released only after. A kill loses nothing written(2).
+  lo.sync = log::SyncPolicy::kFsyncPerCommit;
   auto log = log::ChangeLog::open(lo);
   if (!log.ok()) {
     std::fprintf(stderr, "log: %s\n", log.error().to_string().c_str());

@@ -764,6 +764,26 @@ TEST_F(TriggerCaptureTest, AnEmptyPollReadsItsResultToTheEndInsteadOfCancellingI
   EXPECT_EQ(read_log().size(), 1u);
 }
 
+// capture() returns once its batch is written, and the log's sync thread makes it durable
+// meanwhile; its rows are released only after that (release() waits for it), so a crash of the
+// machine that takes the unsynced batch finds them still upstream.
+TEST_F(TriggerCaptureTest, RowsAreReleasedOnlyOnceTheirBatchIsDurable) {
+  create_table("settled", "(id int PRIMARY KEY)");
+  install_tables({"settled"});
+  start_poller();
+  server_->exec("INSERT INTO settled SELECT g FROM generate_series(1, 3) g");
+  server_->exec("INSERT INTO settled VALUES (4)");
+  auto captured = poller_->capture();
+  ASSERT_TRUE(captured.ok()) << captured.error().to_string();
+  EXPECT_EQ(captured->transactions, 2u);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "2");
+  const Lsn end = log_->last_end_lsn();
+  ASSERT_TRUE(poller_->release().ok());
+  EXPECT_FALSE(log_->durable_end_lsn() < end) << "released before the batch was durable";
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.changes"), "0");
+  EXPECT_EQ(read_log().size(), 2u);
+}
+
 // A release commits with a wait for the upstream's WAL flush, which the next poll waits for:
 // capture() releases at most once per release_interval, and the change table keeps what later
 // captures appended until then; a restart still appends nothing twice.

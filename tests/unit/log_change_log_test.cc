@@ -189,6 +189,63 @@ TEST(HopTraceTest, WritesEveryStampAndCountsWhatItDropped) {
   EXPECT_NE(refused.error().hint.find("--hop-trace"), std::string::npos);
 }
 
+// An appender that returns once its batch is written (trigger capture, reading its next poll
+// meanwhile) has it synced at once, not after visible_sync_delay (an hour here), and shown to
+// readers only then: the visible listeners are called after it is durable, never before.
+TEST(ChangeLog, AppendReturningWhenWrittenShowsTheBatchOnceDurable) {
+  TempDir dir;
+  HopTrace trace;
+  LogOptions o = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  o.visible_sync_delay = std::chrono::hours(1);
+  o.hop_trace = &trace;
+  auto log = open_log(o);
+  ASSERT_NE(log, nullptr);
+  append_txns(*log, 1, 2);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Lsn> calls;  // the durable end at each call
+  log->on_visible([&] {
+    std::lock_guard lock(mu);
+    calls.push_back(log->durable_end_lsn());
+    cv.notify_all();
+  });
+  for (std::uint64_t n = 3; n <= 20; ++n) {
+    std::string data = payload_for(n, 40);
+    std::vector<PendingEntry> batch{txn(n, as_bytes(data))};
+    const Lsn floor(n * 100);
+    batch[0].meta.begin_lsn = Lsn(0);  // relative to the base the log assigns, n * 100
+    batch[0].meta.commit_lsn = Lsn(50);
+    batch[0].meta.end_lsn = Lsn(51);
+    auto base = log->append_assigning(batch, floor, ChangeLog::ReturnWhen::kWritten);
+    ASSERT_TRUE(base.ok()) << n;
+    ASSERT_EQ(*base, floor);
+  }
+  const Lsn end = log->last_end_lsn();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] {
+      return !calls.empty() && !(calls.back() < end);
+    })) << "the sync thread did not make the batches durable and call the listeners";
+    for (Lsn durable : calls) {
+      EXPECT_FALSE(durable < Lsn(351)) << "a listener was called before the first was durable";
+    }
+  }
+  EXPECT_EQ(read_all(*log, Lsn(0)), range(1, 20));
+  // Each batch became visible when its fdatasync covered it, never before.
+  std::vector<std::int64_t> durable_at;
+  for (const auto& s : trace.stamps()) {
+    if (s.hop == Hop::kDurable) durable_at.push_back(s.unix_us);
+    if (s.hop != Hop::kAppendVisible || s.through < Lsn(300).value()) continue;
+    bool covered = false;
+    for (const auto& d : trace.stamps()) {
+      covered =
+          covered || (d.hop == Hop::kDurable && d.through >= s.through && d.unix_us <= s.unix_us);
+    }
+    EXPECT_TRUE(covered) << "visible through " << s.through << " before durable";
+  }
+  EXPECT_FALSE(durable_at.empty());
+}
+
 // A reader waiting for durability is a waiter like an appender: the sync thread syncs for it
 // at once, not after visible_sync_delay (an hour here, so that only the waiter can make it).
 TEST(ChangeLog, WaitDurableHasTheVisibleDataSyncedForItsReader) {

@@ -550,12 +550,12 @@ Result<std::unique_ptr<TriggerPoller>> TriggerPoller::open(PollerOptions options
     if (!state.ok()) return state.error();
     const std::string& complete = state->through ? state->previous : state->snapshot;
     p->prev_snapshot_ = complete;
-    p->persisted_snapshot_ = complete;
     if (state->through) {
       p->partial_ = Partial{state->snapshot, state->upstream_lsn, *state->through};
     }
-    // Rows appended before a crash may still be upstream.
-    p->release_pending_ = !complete.empty();
+    // Rows appended before a crash may still be upstream. A poller before this one in this
+    // process may have appended the checkpoint without waiting for its fdatasync.
+    if (!complete.empty()) p->unsettled_ = Unsettled{complete, log.last_end_lsn()};
   }
   return p;
 }
@@ -751,9 +751,12 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
     PGRELAY_TRY(s.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
     PGRELAY_TRY(s.run("SET TRANSACTION SNAPSHOT " + *name));
   }
-  const bool releasing =
-      release_pending_ && !in_transaction &&
-      std::chrono::steady_clock::now() - released_at_ >= options_.release_interval;
+  const bool release_due = !in_transaction && std::chrono::steady_clock::now() - released_at_ >=
+                                                  options_.release_interval;
+  // The fdatasync of the last poll's batch ran while this poll waited for its turn: settling
+  // seldom waits.
+  if (release_due) PGRELAY_TRY(settle());
+  const bool releasing = release_due && release_pending_;
   // The builder (and its spill file) outlives the stream, which must end before the rollback.
   log::TransactionBuilder builder(catalog_, log::BuilderOptions{options_.spill_dir});
   HopTrace* trace = log_.options().hop_trace;
@@ -897,8 +900,7 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
   if (!in_transaction) {
     if (auto ended = end_statement(); !ended.ok()) stats.end_error = ended.error();
   }
-  persisted_snapshot_ = stats.snapshot;
-  release_pending_ = true;
+  unsettled_ = Unsettled{stats.snapshot, log_.last_end_lsn()};
   return Attempt::kDone;
 }
 
@@ -914,10 +916,28 @@ Result<Lsn> TriggerPoller::append_with_checkpoint(std::vector<log::BuiltEntry>& 
   cp_meta.begin_lsn = cp_meta.commit_lsn = cp_meta.end_lsn = Lsn(end);
   cp_meta.commit_time = time;
   batch.push_back(log::PendingEntry{cp_meta, checkpoint, nullptr});
-  return log_.append_assigning(batch, predicted);
+  return log_.append_assigning(batch, predicted, log::ChangeLog::ReturnWhen::kWritten);
+}
+
+Status TriggerPoller::settle() {
+  if (!unsettled_) return {};
+  // Under the other policies an append is as durable once written as it will be when append()
+  // returns. Under kFsyncPerCommit the log syncs what is written without delay; only its
+  // failure or its stop ends the wait early.
+  const bool per_commit = log_.options().sync == log::SyncPolicy::kFsyncPerCommit;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  if (per_commit && !log_.wait_durable(unsettled_->end, deadline)) {
+    return Error::make(sqlstate::kIoError, "the change log did not make the last poll durable",
+                       "See pgrelay's log for the change log's error.");
+  }
+  persisted_snapshot_ = std::move(unsettled_->snapshot);
+  release_pending_ = true;
+  unsettled_.reset();
+  return {};
 }
 
 Status TriggerPoller::release() {
+  PGRELAY_TRY(settle());
   if (!release_pending_) return {};
   Params params;
   PGRELAY_TRY(

@@ -114,7 +114,8 @@ class TriggerPoller {
   // after the last poll and still held open by its exporter) instead of a new one: exactly the
   // transactions visible in it are in the log afterwards, later ones come with later polls.
   Result<PollStats> capture_in_snapshot(const std::string& snapshot_name);
-  // Deletes the upstream rows of transactions visible in the last persisted snapshot.
+  // Deletes the upstream rows of transactions visible in the last persisted snapshot, once the
+  // log has made it durable (it waits for that).
   Status release();
 
   // Whether commit times come from pg_xact_commit_timestamp (track_commit_timestamp = on);
@@ -155,6 +156,9 @@ class TriggerPoller {
   std::string released_rows(Params& params) const;
   // Records that release() (or read_changes(true)) deleted them.
   void released();
+  // Waits until the log has made the last complete snapshot appended durable, which makes it
+  // the persisted snapshot whose rows may be released.
+  Status settle();
 
   PollerOptions options_;
   log::ChangeLog& log_;
@@ -163,8 +167,16 @@ class TriggerPoller {
   std::string layouts_table_;  // quoted schema.layouts
   bool commit_timestamps_ = false;
   std::string prev_snapshot_;       // S_{k-1}; empty before the first poll ever
-  std::string persisted_snapshot_;  // snapshot of the last checkpoint in the log
+  std::string persisted_snapshot_;  // snapshot of the last durable checkpoint in the log
   bool release_pending_ = false;
+  // A poll returns once its batch is written, and reads the next one while the log's sync
+  // thread makes it durable (its entries are shown to readers then): the last complete snapshot
+  // appended, and the log's end after it, until settle() sees it durable.
+  struct Unsettled {
+    std::string snapshot;
+    Lsn end;
+  };
+  std::optional<Unsettled> unsettled_;
   // The persisted snapshot of the last release; empty until one ran in this process.
   std::string released_floor_;
   std::chrono::steady_clock::time_point released_at_;
