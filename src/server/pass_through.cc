@@ -113,17 +113,13 @@ bool watches_database_ddl(const ServerContext& context) {
 // databases_used_alone) goes upstream, pgrelay closes the backends it keeps there and stops
 // capturing the databases dropped: its own connections there would make the upstream refuse
 // the statement as the database being in use.
-upstream::awaitable<void> release_databases(const ClientFrame& frame,
+upstream::awaitable<void> release_databases(const std::vector<DatabaseUsedAlone>& databases,
                                             const ServerContext& context) {
-  if (context.backend_pool) {
-    for (const auto& database : databases_used_alone_in(frame)) {
-      context.backend_pool->close_database(database);
-    }
-  }
-  if (context.hubs) {
-    ReplicationHubs& hubs = *context.hubs;
-    for (const auto& database : dropped_databases_in(frame)) {
-      co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database); });
+  for (const auto& database : databases) {
+    if (context.backend_pool) context.backend_pool->close_database(database.name);
+    if (context.hubs && database.dropped) {
+      ReplicationHubs& hubs = *context.hubs;
+      co_await run_blocking(hubs.blocking(), [&] { return hubs.release(database.name); });
     }
   }
 }
@@ -162,7 +158,9 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
         state.protocol.client_left = true;  // not forwarded: the backend goes to the pool
         co_return;
       }
-      if (watches_database_ddl(context) && !databases_used_alone_in(frame).empty()) {
+      const auto used_alone = watches_database_ddl(context) ? databases_used_alone_in(frame)
+                                                            : std::vector<DatabaseUsedAlone>();
+      if (!used_alone.empty()) {
         // Sent after what came before it, once pgrelay has let go of the database. The frame's
         // view stays valid: nothing reads the client meanwhile.
         if (!batch.empty()) {
@@ -170,7 +168,7 @@ upstream::awaitable<void> relay_client_to_upstream(upstream::MessageStream& clie
           if (!(co_await to.write_all(batch)).ok()) co_return;
           batch.clear();
         }
-        co_await release_databases(frame, context);
+        co_await release_databases(used_alone, context);
       }
       append_client_frame(frame, rewrite, source, batch);
       state.protocol.count_client_frame(frame.tag);

@@ -71,12 +71,8 @@ void append_client_frame(ClientFrame& frame, const SqlRewrite& rewrite,
   wire::append_frame(out, frame.tag, frame.body);
 }
 
-std::vector<std::string> dropped_databases_in(const ClientFrame& frame) {
-  return frame.sql() ? dropped_databases(*frame.sql()) : std::vector<std::string>();
-}
-
-std::vector<std::string> databases_used_alone_in(const ClientFrame& frame) {
-  return frame.sql() ? databases_used_alone(*frame.sql()) : std::vector<std::string>();
+std::vector<DatabaseUsedAlone> databases_used_alone_in(const ClientFrame& frame) {
+  return frame.sql() ? databases_used_alone(*frame.sql()) : std::vector<DatabaseUsedAlone>();
 }
 
 bool RelayState::reusable_after_terminate() const {

@@ -71,11 +71,8 @@ struct ClientFrame {
 void append_client_frame(ClientFrame& frame, const SqlRewrite& rewrite,
                          const StatementSource& source, Bytes& out);
 
-// The databases a Query or Parse drops (see dropped_databases): pgrelay lets go of them before
-// the frame goes upstream.
-std::vector<std::string> dropped_databases_in(const ClientFrame& frame);
 // The databases a Query or Parse needs no other session in (see databases_used_alone): pgrelay
-// closes the upstream backends it keeps there before the frame goes upstream.
-std::vector<std::string> databases_used_alone_in(const ClientFrame& frame);
+// lets go of them before the frame goes upstream.
+std::vector<DatabaseUsedAlone> databases_used_alone_in(const ClientFrame& frame);
 
 }  // namespace pgrelay::server

@@ -754,21 +754,12 @@ const char* database_option(PgQuery__Node* const* options, std::size_t n, std::s
 
 }  // namespace
 
-std::vector<std::string> dropped_databases(std::string_view sql) {
-  std::vector<std::string> out;
-  visit_database_statements(sql, [&](const PgQuery__Node& stmt) {
-    if (stmt.node_case != PG_QUERY__NODE__NODE_DROPDB_STMT) return;
-    const PgQuery__DropdbStmt* drop = stmt.dropdb_stmt;
-    if (drop != nullptr && drop->dbname != nullptr) out.emplace_back(drop->dbname);
-  });
-  return out;
-}
-
-std::vector<std::string> databases_used_alone(std::string_view sql) {
-  std::vector<std::string> out;
+std::vector<DatabaseUsedAlone> databases_used_alone(std::string_view sql) {
+  std::vector<DatabaseUsedAlone> out;
   visit_database_statements(sql, [&](const PgQuery__Node& node) {
     const PgQuery__Node* stmt = &node;
     const char* name = nullptr;
+    const bool dropped = stmt->node_case == PG_QUERY__NODE__NODE_DROPDB_STMT;
     switch (stmt->node_case) {
       case PG_QUERY__NODE__NODE_DROPDB_STMT:
         if (stmt->dropdb_stmt != nullptr) name = stmt->dropdb_stmt->dbname;
@@ -796,7 +787,7 @@ std::vector<std::string> databases_used_alone(std::string_view sql) {
       default:
         break;
     }
-    if (name != nullptr && *name != '\0') out.emplace_back(name);
+    if (name != nullptr && *name != '\0') out.push_back({name, dropped});
   });
   return out;
 }

@@ -64,15 +64,18 @@ class SqlRewriter {
   std::string quoted_schema_;
 };
 
-// The databases `sql` drops (DROP DATABASE name ...), in statement order: pgrelay lets go of
-// them first, or its own connections there would keep the drop from happening. Cheap for
-// statements that do not say DATABASE (no parse); empty when the text does not parse.
-std::vector<std::string> dropped_databases(std::string_view sql);
-// The databases `sql` needs no other session connected to, in statement order: those it drops,
-// renames (ALTER DATABASE ... RENAME TO), moves (ALTER DATABASE ... SET TABLESPACE) or copies
-// (CREATE DATABASE, from its TEMPLATE or template1). The upstream refuses these while another
-// backend is connected there, so pgrelay closes the backends it keeps there first
-// (BackendPool). Cheap and empty as dropped_databases.
-std::vector<std::string> databases_used_alone(std::string_view sql);
+// A database a statement needs no other session connected to, and whether it drops it.
+struct DatabaseUsedAlone {
+  std::string name;
+  bool dropped = false;
+  bool operator==(const DatabaseUsedAlone&) const = default;
+};
+// The databases `sql` needs no other session connected to, in statement order: those it drops
+// (DROP DATABASE), renames (ALTER DATABASE ... RENAME TO), moves (ALTER DATABASE ... SET
+// TABLESPACE) or copies (CREATE DATABASE, from its TEMPLATE or template1). The upstream refuses
+// these while another backend is connected there, so pgrelay closes the backends it keeps there
+// first (BackendPool), and stops capturing a database dropped. Cheap for statements that do not
+// say DATABASE (no parse); empty when the text does not parse.
+std::vector<DatabaseUsedAlone> databases_used_alone(std::string_view sql);
 
 }  // namespace pgrelay::server

@@ -377,8 +377,22 @@ TEST_F(SqlRewriteTest, ThreadsShareOneRewriter) {
   for (int g : good) EXPECT_EQ(g, 200);
 }
 
+// The databases a statement's text names, and those it drops.
+std::vector<std::string> names_used_alone(std::string_view sql) {
+  std::vector<std::string> out;
+  for (const auto& database : databases_used_alone(sql)) out.push_back(database.name);
+  return out;
+}
+std::vector<std::string> dropped_databases(std::string_view sql) {
+  std::vector<std::string> out;
+  for (const auto& database : databases_used_alone(sql)) {
+    if (database.dropped) out.push_back(database.name);
+  }
+  return out;
+}
+
 // DROP DATABASE, found by the parser: pgrelay lets go of the database before it is sent.
-TEST(DroppedDatabasesTest, FindsEveryDropAndNothingElse) {
+TEST(DatabasesUsedAloneTest, FindsEveryDropAndNothingElse) {
   using Names = std::vector<std::string>;
   EXPECT_EQ(dropped_databases("DROP DATABASE app"), Names{"app"});
   EXPECT_EQ(dropped_databases("drop database if exists \"My App\" with (force)"), Names{"My App"});
@@ -386,29 +400,32 @@ TEST(DroppedDatabasesTest, FindsEveryDropAndNothingElse) {
             (Names{"a", "b\"c"}));
   EXPECT_EQ(dropped_databases("SELECT 'DROP DATABASE app'"), Names{});
   EXPECT_EQ(dropped_databases("CREATE DATABASE app"), Names{});
+  EXPECT_EQ(dropped_databases("ALTER DATABASE app RENAME TO b"), Names{});
   EXPECT_EQ(dropped_databases("SELECT current_database()"), Names{});
   EXPECT_EQ(dropped_databases("DROP DATABASE"), Names{});  // a syntax error: the upstream says
   EXPECT_EQ(dropped_databases("SELECT 1"), Names{});
+  // One parse says both: the drop is one of the statements that need their database alone.
+  EXPECT_EQ(databases_used_alone("ALTER DATABASE b RENAME TO c; DROP DATABASE a"),
+            (std::vector<DatabaseUsedAlone>{{"b", false}, {"a", true}}));
 }
 
 // The statements the upstream refuses while another backend is connected to the database:
 // pgrelay closes the backends it keeps there first.
 TEST(DatabasesUsedAloneTest, FindsDropsRenamesMovesAndTemplates) {
   using Names = std::vector<std::string>;
-  EXPECT_EQ(databases_used_alone("DROP DATABASE app"), Names{"app"});
-  EXPECT_EQ(databases_used_alone("ALTER DATABASE \"Old\" RENAME TO new"), Names{"Old"});
-  EXPECT_EQ(databases_used_alone("alter database app set tablespace fast"), Names{"app"});
-  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy TEMPLATE source"), Names{"source"});
-  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy WITH TEMPLATE = 'source' OWNER app"),
+  EXPECT_EQ(names_used_alone("DROP DATABASE app"), Names{"app"});
+  EXPECT_EQ(names_used_alone("ALTER DATABASE \"Old\" RENAME TO new"), Names{"Old"});
+  EXPECT_EQ(names_used_alone("alter database app set tablespace fast"), Names{"app"});
+  EXPECT_EQ(names_used_alone("CREATE DATABASE copy TEMPLATE source"), Names{"source"});
+  EXPECT_EQ(names_used_alone("CREATE DATABASE copy WITH TEMPLATE = 'source' OWNER app"),
             Names{"source"});
-  EXPECT_EQ(databases_used_alone("DROP DATABASE a; ALTER DATABASE b RENAME TO c"),
-            (Names{"a", "b"}));
-  EXPECT_EQ(databases_used_alone("CREATE DATABASE copy"), Names{"template1"});
+  EXPECT_EQ(names_used_alone("DROP DATABASE a; ALTER DATABASE b RENAME TO c"), (Names{"a", "b"}));
+  EXPECT_EQ(names_used_alone("CREATE DATABASE copy"), Names{"template1"});
   // None of these needs the database to itself.
-  EXPECT_EQ(databases_used_alone("ALTER DATABASE app SET work_mem = '8MB'"), Names{});
-  EXPECT_EQ(databases_used_alone("ALTER DATABASE app OWNER TO someone"), Names{});
-  EXPECT_EQ(databases_used_alone("ALTER TABLE t RENAME TO u"), Names{});
-  EXPECT_EQ(databases_used_alone("SELECT 'DROP DATABASE app'"), Names{});
+  EXPECT_EQ(names_used_alone("ALTER DATABASE app SET work_mem = '8MB'"), Names{});
+  EXPECT_EQ(names_used_alone("ALTER DATABASE app OWNER TO someone"), Names{});
+  EXPECT_EQ(names_used_alone("ALTER TABLE t RENAME TO u"), Names{});
+  EXPECT_EQ(names_used_alone("SELECT 'DROP DATABASE app'"), Names{});
 }
 
 }  // namespace
