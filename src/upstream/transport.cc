@@ -112,7 +112,10 @@ void Transport::close() {
 bool Transport::untouched() {
   int fd = -1;
   if (auto* tls = std::get_if<std::unique_ptr<TlsStream>>(&stream_)) {
-    if (SSL_pending((*tls)->native_handle()) > 0) return false;
+    // Bytes TLS has taken in and not handed on: records read, whole or not (SSL_has_pending),
+    // and those Asio put in the BIO for it and not yet read there.
+    SSL* ssl = (*tls)->native_handle();
+    if (SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0) return false;
     if ((*tls)->lowest_layer().is_open()) fd = (*tls)->lowest_layer().native_handle();
   } else if (auto* tcp_stream = std::get_if<tcp::socket>(&stream_)) {
     if (tcp_stream->is_open()) fd = tcp_stream->native_handle();

@@ -56,7 +56,8 @@ class Transport {
   void close();
   // True while the peer has neither sent a byte nor closed the connection since the last read:
   // a connection left unused is still as it was left. Over TLS, bytes the TLS layer has
-  // already taken from the socket count only if OpenSSL holds them decrypted.
+  // already taken from the socket count too (OpenSSL's buffers and the BIO Asio fills; Asio
+  // keeps bytes back from the BIO only when it is full).
   bool untouched();
   // Sends `bytes` if the socket takes them at once, then closes: a goodbye (a Terminate) not
   // worth waiting for. Over TLS it only closes.

@@ -270,6 +270,28 @@ class Env:
         return r
 
     # ---- the upstream ----
+    def make_certificate(self):
+        """A self-signed certificate and key for the upstream (ssl_conf()); its path, or None
+        when openssl fails."""
+        crt = os.path.join(self.base, "server.crt")
+        key = os.path.join(self.base, "server.key")
+        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-subj", "/CN=localhost", "-keyout", key, "-out", crt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return None
+        os.chmod(key, 0o600)
+        if self.as_postgres:
+            pw = pwd.getpwnam("postgres")
+            os.chown(key, pw.pw_uid, pw.pw_gid)
+            os.chown(crt, pw.pw_uid, pw.pw_gid)
+        return crt
+
+    def ssl_conf(self):
+        """postgresql.conf lines that turn TLS on with make_certificate()'s files."""
+        return "ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n" % (
+            os.path.join(self.base, "server.crt"), os.path.join(self.base, "server.key"))
+
     def start_postgres(self, extra_conf=""):
         pwfile = os.path.join(self.base, "pwfile")
         with open(pwfile, "w") as f:

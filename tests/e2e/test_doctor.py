@@ -152,23 +152,6 @@ def non_loopback_ipv4():
     return None if ip.startswith("127.") or ip == "0.0.0.0" else ip
 
 
-def make_certificate(env):
-    crt = os.path.join(env.base, "server.crt")
-    key = os.path.join(env.base, "server.key")
-    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", "/CN=localhost", "-keyout", key, "-out", crt],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, None
-    os.chmod(key, 0o600)
-    if env.as_postgres:
-        import pwd
-        pw = pwd.getpwnam("postgres")
-        os.chown(key, pw.pw_uid, pw.pw_gid)
-        os.chown(crt, pw.pw_uid, pw.pw_gid)
-    return crt, key
-
-
 class HbaFile:
     """Edits pg_hba.conf (without reloading: doctor reads the file) and restores it."""
 
@@ -186,11 +169,11 @@ class HbaFile:
 
 
 def body(env):
-    crt, key = make_certificate(env)
+    crt = env.make_certificate()
     remote_ip = non_loopback_ipv4()
     conf = ""
     if crt:
-        conf += "ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n" % (crt, key)
+        conf += env.ssl_conf()
     if remote_ip:
         conf += "listen_addresses = '127.0.0.1,%s'\n" % remote_ip
     env.start_postgres(conf)

@@ -31,7 +31,10 @@ def run_ok(env, relay, script, **kw):
 
 
 def body(env):
-    env.start_postgres()
+    # TLS on the upstream: pgrelay's default sslmode (prefer) takes it, so every session here
+    # reaches its backend over TLS (the other tests' upstreams are plain).
+    expect(env.make_certificate() is not None, "openssl made the upstream's certificate")
+    env.start_postgres(env.ssl_conf())
     env.psql_admin(TABLE)
     relay = env.start_relay()
     direct_version = env.direct_query("SHOW server_version_num")[0][0]
@@ -198,6 +201,8 @@ SELECT id, name, amount, coalesce(note, '<null>') FROM t_psql WHERE id < 100 ORD
                                                "-c", "SHOW search_path"]).split()
         expect_eq(second[0], first, "the second session's backend")
         expect_eq(" ".join(second[1:]), '"$user", public', "its search_path, reset")
+        expect_eq(env.direct_query("SELECT ssl FROM pg_stat_ssl WHERE pid = %s", (int(first),)),
+                  [(True,)], "the kept backend's connection uses TLS")
         kept.stop(signal.SIGTERM, timeout=15)
         wait_until(lambda: env.direct_query(
             "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (int(first),))[0][0] == 0,
