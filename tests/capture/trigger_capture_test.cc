@@ -146,6 +146,10 @@ class TriggerCaptureTest : public ::testing::Test {
 
   std::vector<log::Transaction> read_log() {
     std::vector<log::Transaction> out;
+    // capture() returns once its batch is written: readers see it once the sync thread has
+    // made it durable.
+    EXPECT_TRUE(log_->wait_durable(log_->last_end_lsn(),
+                                   std::chrono::steady_clock::now() + std::chrono::seconds(30)));
     auto c = log_->open_cursor(Lsn(0));
     EXPECT_TRUE(c.ok());
     if (!c.ok()) return out;
