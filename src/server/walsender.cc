@@ -532,7 +532,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
   progress.last_report = progress.started;
   Bytes out;
   Status outcome;
-  // `serve --hop-trace`: when this walsender read each entry, and when its Commit was written.
+  // `serve --hop-trace`: when this walsender read each entry (the time its pass began reading:
+  // one stamp per pass, through the last entry it read, keeps the trace's cost off fan-out),
+  // and when its Commit was written.
   HopTrace* trace = hub.log().options().hop_trace;
   const auto trace_session = static_cast<std::uint32_t>(info.pid);
   Lsn unwritten_commit;  // end of the newest entry in `out` not yet stamped as written
@@ -555,6 +557,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
     // Entries the view filters out produce nothing, hence the bound on entries as well.
     std::size_t produced = 0;
     SendTime send_time;
+    std::int64_t pass_read_at = 0;  // with a trace: when this pass read its first entry
+    Lsn pass_read_through;          // and the end of the last it read
     for (int scanned = 0; produced < kWriteChunk && scanned < kEntriesPerPass; ++scanned) {
       auto next = source.next(session_view.id());
       if (!next.ok()) {
@@ -567,7 +571,8 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       }
       const log::EntryMeta& m = (*next)->meta;
       if (trace != nullptr && m.kind != log::EntryKind::kCheckpoint) {
-        trace->stamp(Hop::kWalsenderRead, m.end_lsn.value(), unix_micros(), trace_session);
+        if (!pass_read_through.is_valid()) pass_read_at = unix_micros();
+        pass_read_through = m.end_lsn;
       }
       if (m.kind == log::EntryKind::kCheckpoint || m.commit_lsn < start) {
         if (m.end_lsn > sent) sent = m.end_lsn;
@@ -615,6 +620,9 @@ upstream::awaitable<Result<StreamEnd>> run_walsender(upstream::MessageStream& cl
       if (m.end_lsn > sent) sent = m.end_lsn;
       told = std::max(told, m.end_lsn);  // its Commit carries the entry's end
       unwritten_commit = m.end_lsn;
+    }
+    if (pass_read_through.is_valid()) {
+      trace->stamp(Hop::kWalsenderRead, pass_read_through.value(), pass_read_at, trace_session);
     }
     if (!outcome.ok()) break;
     // Caught up with the log: transactions still in progress go out in stream blocks.
