@@ -374,7 +374,14 @@ Status ChangeLog::scan_active_segment() {
     changed = changed || active_->preallocated;
   }
   // One sync for both: a crash before it leaves at worst the torn tail, found again next time.
-  if (changed) PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+  // Without a change it still runs unless the policy never syncs: what the last process wrote
+  // and had not synced yet when it was killed is in the page cache only, and this log says all
+  // it holds is durable (its capture then releases the upstream's copy).
+  const bool syncing = options_.sync != SyncPolicy::kNone && !options_.read_only;
+  if (changed || syncing) {
+    PGRELAY_TRY(sync_file(active_->file.get(), active_->path));
+    ++counters_.fsyncs;
+  }
   active_->size = scan->valid_end;
   active_->info = scan->info;
   active_->info.seq = active_->seq;

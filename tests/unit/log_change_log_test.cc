@@ -246,6 +246,33 @@ TEST(ChangeLog, AppendReturningWhenWrittenShowsTheBatchOnceDurable) {
   EXPECT_FALSE(durable_at.empty());
 }
 
+// A log opened again says everything it holds is durable, so its open syncs the active segment:
+// a process killed between a write and its fdatasync left that write in the page cache only.
+// A read-only open, or a log that never syncs, does not.
+TEST(ChangeLog, OpenSyncsWhatTheLastProcessMayNotHave) {
+  TempDir dir;
+  {
+    auto log = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
+    ASSERT_NE(log, nullptr);
+    append_txns(*log, 1, 3);
+  }
+  auto reopened = open_log(options_for(dir, SyncPolicy::kFsyncPerCommit));
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->stats().fsyncs, 1u);
+  EXPECT_EQ(reopened->durable_end_lsn(), reopened->last_end_lsn());
+  reopened.reset();
+  auto unsynced = open_log(options_for(dir, SyncPolicy::kNone));
+  ASSERT_NE(unsynced, nullptr);
+  EXPECT_EQ(unsynced->stats().fsyncs, 0u);
+  unsynced.reset();
+  LogOptions read_only = options_for(dir, SyncPolicy::kFsyncPerCommit);
+  read_only.read_only = true;
+  auto reader = open_log(read_only);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(reader->stats().fsyncs, 0u);
+  EXPECT_EQ(read_all(*reader, Lsn(0)), range(1, 3));
+}
+
 // A reader waiting for durability is a waiter like an appender: the sync thread syncs for it
 // at once, not after visible_sync_delay (an hour here, so that only the waiter can make it).
 TEST(ChangeLog, WaitDurableHasTheVisibleDataSyncedForItsReader) {
