@@ -4,7 +4,7 @@
 // The input is SQL text. A rewrite, when given, must differ from the input, parse with the real
 // parser into the same number of statements, and be left alone by a second rewrite (everything
 // it points at is already in pgrelay's schema). The prefilter must never reject a text that
-// rewrite() would change. dropped_databases() must not crash, must be deterministic, and finds
+// rewrite() would change. databases_used_alone() must not crash, must be deterministic, and finds
 // nothing in a text that does not say DATABASE in any case.
 #include <pg_query.h>
 
@@ -62,10 +62,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (SlotAccess access : {SlotAccess::kChecked, SlotAccess::kGranted, SlotAccess::kDenied}) {
     for (bool pg_dump : {false, true}) check_rewrite(rewriter, sql, {access, pg_dump});
   }
-  const auto dropped = pgrelay::server::dropped_databases(sql);
-  check(pgrelay::server::dropped_databases(sql) == dropped);
+  const auto used_alone = pgrelay::server::databases_used_alone(sql);
+  check(pgrelay::server::databases_used_alone(sql) == used_alone);
   std::string lowered(sql);
   for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  check(dropped.empty() || lowered.find("database") != std::string::npos);
+  check(used_alone.empty() || lowered.find("database") != std::string::npos);
+  for (const auto& database : used_alone) check(!database.name.empty());
   return 0;
 }
