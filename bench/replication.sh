@@ -55,7 +55,9 @@
 # thread decoding every stream would measure itself), PGRELAY, CONSUMER (binaries), OUT (results dir),
 # KEEP_RUNNING=1 (leave Postgres and pgrelay running afterwards, e.g. for an outside harness),
 # HOP_TRACE (default 1; 0 runs pgrelay without --hop-trace), PERF_RECORD (default 0; 1 records a
-# `perf record -g` profile of pgrelay while pgbench writes, in OUT/pgrelay_CAPTURE.RUN/perf.data).
+# `perf record -g` profile of pgrelay while pgbench writes, in OUT/pgrelay_CAPTURE.RUN/perf.data),
+# PGRELAY_SESSION (shared, the default, or own: where pgrelay runs under autogroup scheduling;
+# see autogroup_state below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGRELAY=${PGRELAY:-build/release/src/cli/pgrelay}
@@ -78,6 +80,11 @@ BENCH_PARTITIONS=${BENCH_PARTITIONS:-0}
 BULK_TOAST_MB=${BULK_TOAST_MB:-0}
 BULK_STREAM=${BULK_STREAM:-0}
 RUNS=${RUNS:-"fanout live latency bulk"}
+PGRELAY_SESSION=${PGRELAY_SESSION:-shared}
+case "$PGRELAY_SESSION" in
+  shared | own) ;;
+  *) echo "PGRELAY_SESSION must be shared or own, not '$PGRELAY_SESSION'" >&2; exit 2 ;;
+esac
 CAPTURE=""  # the mode of the pgrelay running now
 BIN=/usr/lib/postgresql/15/bin
 PAYLOAD="payload-0123456789-0123456789-0123456789-0123456789-0123456789"
@@ -143,10 +150,16 @@ die() {
 }
 
 # With the kernel's autogroup scheduling on (Debian's default), each session is a scheduling
-# group with an equal share of a busy CPU: the upstream (its own session, from pg_ctl) against
-# this script's (pgbench, the consumers and pgrelay). Measured unthrottled on 2 cores, native
-# capture: pgrelay's p99 2.4-14x native (median 7x) with it on, 1.2-2.0x with it off (sysctl
-# kernel.sched_autogroup_enabled=0), where every thread weighs the same.
+# group with an equal share of a busy CPU. The upstream has its own session (from pg_ctl).
+# pgrelay shares this script's with pgbench and the consumers (PGRELAY_SESSION=shared), or has
+# its own, as a service does (PGRELAY_SESSION=own). On 2 cores the unthrottled live run needs
+# more CPU than there is, and where pgrelay runs decides who waits. Shared: when the script's
+# session wants more than a CPU, the upstream's gets one CPU for its backends and walsender, and
+# the walsender feeding pgrelay falls tens of ms behind in bursts. Own: pgrelay is served at
+# once, out of the upstream's share. Measured with native capture at 93533c9 (runs of 20,000
+# transactions): shared, unthrottled p99 4.0-12.7x native and write TPS 0.86-0.98x; own,
+# 1.06-1.72x and 0.79-0.89x; autogroup off (sysctl kernel.sched_autogroup_enabled=0, every
+# thread weighs the same), 1.15-1.47x and 0.93-0.96x.
 autogroup_state() {
   case "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" in
     1) echo on ;;
@@ -394,11 +407,11 @@ done
 for CAPTURE in $CAPTURES; do
   hop_trace=()
   [ "$HOP_TRACE" = 1 ] && hop_trace=(--hop-trace "$OUT/hop-trace-$CAPTURE.txt")
-  # Left in this script's session, with pgbench and the consumers (pass_through.sh starts its
-  # proxy with setsid instead). Under autogroup scheduling that choice moves the balance between
-  # pgrelay and the upstream on this 2-core machine: in its own session pgrelay got unthrottled
-  # p99 3.2x native but write TPS 0.60x; here 16x and 0.99x, in the same hour.
-  "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
+  # PGRELAY_SESSION=own runs it as pass_through.sh runs its proxy, in a session of its own
+  # (setsid execs in place: the pid is pgrelay's). See autogroup_state for what that changes.
+  own_session=()
+  [ "$PGRELAY_SESSION" = own ] && own_session=(setsid)
+  "${own_session[@]}" "$PGRELAY" serve --upstream "postgres://postgres:bench@127.0.0.1:$PG_PORT/bench?sslmode=disable" \
     --listen "127.0.0.1:$RELAY_PORT" --data-dir "$WORK/relay-$CAPTURE" --no-tls \
     --capture "$CAPTURE" --schema "pgrelay_$CAPTURE" "${hop_trace[@]}" \
     --max-replication-slots "$SLOTS" >"$WORK/relay-$CAPTURE.out" 2>"$WORK/relay-$CAPTURE.err" &
@@ -492,7 +505,7 @@ table() {  # capture mode
 {
   echo
   echo "Replication benchmark, $(date -u +%FT%TZ), $(nproc) cores, loadavg at start of each run in $OUT"
-  echo "kernel autogroup scheduling: $(autogroup_state) (it decides how pgrelay and the upstream share a busy CPU: see bench/replication.sh)"
+  echo "kernel autogroup scheduling: $(autogroup_state), pgrelay in a session $([ "$PGRELAY_SESSION" = own ] && echo "of its own" || echo "shared with pgbench and the consumers") (PGRELAY_SESSION=$PGRELAY_SESSION; with autogroup on, it decides how pgrelay and the upstream share a busy CPU: see bench/replication.sh)"
   echo "Postgres $("$BIN/postgres" --version | awk '{print $3}'), wal_level=logical, fsync/synchronous_commit on;"
   echo "workload: single-row INSERT transactions, pgbench -M simple -c $CLIENTS; N=$N catch-up, N_LIVE=$N_LIVE live, ${LAT_N} at ${LAT_RATE}/s; consumer on $CONSUMER_THREADS threads"
   echo
