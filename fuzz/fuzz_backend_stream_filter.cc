@@ -2,14 +2,17 @@
 //
 // Input: a seed byte for the chunk sizes, then the stream. Notices whose body starts with an
 // even byte are dropped. The model walks the whole stream at once: complete messages pass,
-// except dropped notices; a cut-off header, or a cut-off notice short enough to be held, stays
-// held; any other cut-off message passes as far as it goes; a length below 4 stops tracking.
+// except dropped notices; a cut-off header, or a cut-off notice or ParameterStatus short enough
+// to be held, stays held; any other cut-off message passes as far as it goes; a length below 4
+// stops tracking. The parameters recorded are those of the whole ParameterStatus messages that
+// parse.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "wire/backend_messages.h"
 #include "wire/backend_stream_filter.h"
 
 namespace {
@@ -29,6 +32,7 @@ struct Model {
   std::vector<std::uint8_t> out;
   std::uint64_t ready = 0;
   bool boundary = true;
+  pgrelay::wire::ReportedParameters reported;
 };
 
 Model model(const std::uint8_t* data, std::size_t size) {
@@ -46,10 +50,15 @@ Model model(const std::uint8_t* data, std::size_t size) {
     }
     std::size_t total = 1 + std::size_t{length};
     bool whole = size - at >= total;
-    if (data[at] == 'N' && total <= BackendStreamFilter::kMaxHeldNotice) {
+    const bool notice = data[at] == 'N';
+    if ((notice || data[at] == 'S') && total <= BackendStreamFilter::kMaxHeldMessage) {
       if (!whole) break;
-      if (!drop(ByteView(data + at + 5, length - 4))) {
-        m.out.insert(m.out.end(), data + at, data + at + total);
+      const ByteView body(data + at + 5, length - 4);
+      if (!notice || !drop(body)) m.out.insert(m.out.end(), data + at, data + at + total);
+      if (!notice) {
+        if (auto status = pgrelay::wire::parse_parameter_status(body); status.ok()) {
+          pgrelay::wire::record_parameter(m.reported, std::move(*status));
+        }
       }
       at += total;
       continue;
@@ -75,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::size_t stream_size = size - 1;
 
   BackendStreamFilter filter(drop);
-  std::vector<std::uint8_t> buffer(BackendStreamFilter::kMaxHeldNotice * 2);
+  std::vector<std::uint8_t> buffer(BackendStreamFilter::kMaxHeldMessage * 2);
   std::vector<std::uint8_t> out;
   std::size_t kept = 0, fed = 0;
   while (fed < stream_size) {
@@ -95,5 +104,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(out == expected.out);
   check(filter.ready_for_query_count() == expected.ready);
   check(filter.at_message_boundary() == expected.boundary);
+  check(filter.reported_parameters() == expected.reported);
   return 0;
 }

@@ -37,13 +37,7 @@ upstream::awaitable<bool> discard_all(upstream::UpstreamLink& link) {
       case wire::ParameterStatus::kTag: {
         auto status = wire::parse_parameter_status(frame->body);
         if (!status.ok()) co_return false;
-        auto it = std::find_if(link.parameters.begin(), link.parameters.end(),
-                               [&](const auto& p) { return p.first == status->name; });
-        if (it != link.parameters.end()) {
-          it->second = status->value;
-        } else {
-          link.parameters.emplace_back(status->name, status->value);
-        }
+        wire::record_parameter(link.parameters, std::move(*status));
         break;
       }
       case wire::NoticeResponse::kTag:

@@ -313,6 +313,11 @@ upstream::awaitable<void> run_pass_through(upstream::MessageStream& client,
   if (state.protocol.client_left && !state.draining && state.upstream_held == 0 &&
       state.protocol.from_upstream.at_message_boundary()) {
     client.transport().close();
+    // What the backend reported during the session: the reset reports what it sets back, not
+    // what the server changed by itself meanwhile (a reload, a promotion's in_hot_standby).
+    for (const auto& [name, value] : state.protocol.from_upstream.reported_parameters()) {
+      wire::record_parameter(link->parameters, wire::ParameterStatus{name, value});
+    }
     co_await context.backend_pool->give_back(database, std::move(parameters), std::move(*link));
     co_return;
   }

@@ -23,7 +23,7 @@ inline constexpr std::size_t kClientBatchBytes = 64 * 1024;
 // at its front: room for a whole held notice and more after it.
 inline std::size_t upstream_buffer_bytes(std::size_t held) {
   constexpr std::size_t kBytes = 64 * 1024;
-  static_assert(kBytes > 2 * wire::BackendStreamFilter::kMaxHeldNotice);
+  static_assert(kBytes > 2 * wire::BackendStreamFilter::kMaxHeldMessage);
   return std::max(kBytes, held + kBytes / 2);
 }
 

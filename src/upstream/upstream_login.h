@@ -14,8 +14,9 @@ namespace pgrelay::upstream {
 // An upstream backend, logged in and ready for its first query.
 struct UpstreamLink {
   MessageStream stream;
-  // ParameterStatus values the upstream reported during startup, in order.
-  std::vector<std::pair<std::string, std::string>> parameters;
+  // ParameterStatus values the upstream reported during startup, in order; a kept backend's
+  // are brought up to date with what it reported since (BackendPool).
+  wire::ReportedParameters parameters;
   wire::BackendKeyData key;  // the upstream backend's cancel key
 };
 

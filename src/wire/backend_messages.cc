@@ -432,6 +432,16 @@ Result<ParameterStatus> parse_parameter_status(ByteView body) {
   return m;
 }
 
+void record_parameter(ReportedParameters& parameters, ParameterStatus status) {
+  for (auto& [name, value] : parameters) {
+    if (name == status.name) {
+      value = std::move(status.value);
+      return;
+    }
+  }
+  parameters.emplace_back(std::move(status.name), std::move(status.value));
+}
+
 Result<BackendKeyData> parse_backend_key_data(ByteView body) {
   ByteReader r(body);
   BackendKeyData m;

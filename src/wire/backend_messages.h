@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -72,6 +73,12 @@ struct ParameterStatus {
   std::string value;
   bool operator==(const ParameterStatus&) const = default;
 };
+
+// The values a backend reported in ParameterStatus messages, each name once, in the order each
+// was first reported (what a client is told at login).
+using ReportedParameters = std::vector<std::pair<std::string, std::string>>;
+// Records a report: a name reported again takes the new value where it was.
+void record_parameter(ReportedParameters& parameters, ParameterStatus status);
 
 struct BackendKeyData {
   static constexpr char kTag = 'K';

@@ -1,4 +1,4 @@
-// Follows a relayed stream of backend messages: boundaries, ReadyForQuery, dropped notices.
+// Follows a relayed stream of backend messages: boundaries, ReadyForQuery, notices, parameters.
 #include "wire/backend_stream_filter.h"
 
 #include <algorithm>
@@ -50,13 +50,21 @@ BackendStreamFilter::Pass BackendStreamFilter::process(std::span<std::uint8_t> c
       continue;
     }
     std::size_t total = 1 + std::size_t{length};
-    if (tag == 'N' && drop_notice_ && total <= kMaxHeldNotice) {
-      if (size - read < total) break;  // hold the notice until it is whole
-      if (drop_notice_(ByteView(data + read + kHeaderSize, length - 4))) {
+    const bool held = (tag == 'N' && drop_notice_) || tag == ParameterStatus::kTag;
+    if (held && total <= kMaxHeldMessage) {
+      if (size - read < total) break;  // hold the message until it is whole
+      const ByteView body(data + read + kHeaderSize, length - 4);
+      if (tag == 'N' && drop_notice_(body)) {
         read += total;
-      } else {
-        forward(total);
+        continue;
       }
+      if (tag == ParameterStatus::kTag) {
+        // A malformed one passes unrecorded: the client judges it.
+        if (auto status = parse_parameter_status(body); status.ok()) {
+          record_parameter(reported_, std::move(*status));
+        }
+      }
+      forward(total);
       continue;
     }
     forward(kHeaderSize);

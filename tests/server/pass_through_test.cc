@@ -570,6 +570,40 @@ TEST_F(PassThroughPool, KeptBackendsCloseAfterTheIdleTimeout) {
   EXPECT_FALSE(backend_alive(first));
 }
 
+// A kept backend's next client is told at login what the server changed by itself during the
+// last session (here a configuration reload). DISCARD ALL reports only what it sets back, and a
+// value from the configuration file is not among those.
+TEST(PassThroughPoolLifecycle, TheNextClientIsToldWhatTheServerChangedDuringTheLastSession) {
+  PgServer pg(replica_options());
+  RelayOptions options;
+  options.pool_idle_timeout = std::chrono::seconds(600);
+  RelayHarness relay(pg, options);
+  std::string pid;
+  {
+    PgConnection conn(relay.conninfo());
+    EXPECT_STREQ(PQparameterStatus(conn.raw(), "default_transaction_read_only"), "off");
+    pid = conn.scalar("SELECT pg_backend_pid()");
+    pg.exec("ALTER SYSTEM SET default_transaction_read_only = on");
+    pg.exec("SELECT pg_catalog.pg_reload_conf()");
+    // The backend rereads its configuration at its next command, and reports the new value
+    // before that command's ReadyForQuery.
+    for (int i = 0; i < 500 && conn.scalar("SHOW default_transaction_read_only") != "on"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_STREQ(PQparameterStatus(conn.raw(), "default_transaction_read_only"), "on");
+  }
+  for (int i = 0; i < 500 && relay.kept_backends() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(relay.kept_backends(), 1u);
+  PgConnection next(relay.conninfo());
+  EXPECT_EQ(next.scalar("SELECT pg_backend_pid()"), pid);
+  EXPECT_STREQ(PQparameterStatus(next.raw(), "default_transaction_read_only"), "on");
+  EXPECT_EQ(next.scalar("SHOW default_transaction_read_only"), "on");
+  pg.exec("ALTER SYSTEM RESET default_transaction_read_only");
+  pg.exec("SELECT pg_catalog.pg_reload_conf()");
+}
+
 // With a timeout long enough that only pgrelay closes what it keeps: before a statement that
 // needs a database to itself, and at shutdown.
 TEST(PassThroughPoolLifecycle, KeptBackendsCloseBeforeDatabaseDdlAndAtShutdown) {

@@ -41,6 +41,7 @@ struct Relayed {
   std::uint64_t ready = 0;
   bool boundary = false;
   char status = 0;
+  ReportedParameters reported;
 };
 
 // Feeds `stream` through a filter in chunks of `chunk` bytes, as a relay does.
@@ -62,7 +63,12 @@ Relayed relay(const Bytes& stream, std::size_t chunk) {
   r.ready = filter.ready_for_query_count();
   r.boundary = filter.at_message_boundary();
   r.status = filter.transaction_status();
+  r.reported = filter.reported_parameters();
   return r;
+}
+
+Bytes parameter(const std::string& name, const std::string& value) {
+  return encode(ParameterStatus{name, value});
 }
 
 TEST(BackendStreamFilter, CountsRepliesAndDropsOnlyTheChosenNoticeAtAnyChunking) {
@@ -107,11 +113,40 @@ TEST(BackendStreamFilter, HoldsACutHeaderAndACutNoticeUntilWhole) {
 TEST(BackendStreamFilter, ANoticeTooLargeToHoldPassesUnfiltered) {
   std::string text = "drop me";
   Bytes large = encode(make_notice_response(
-      Error::make("01000", text, std::string(BackendStreamFilter::kMaxHeldNotice, 'd')),
+      Error::make("01000", text, std::string(BackendStreamFilter::kMaxHeldMessage, 'd')),
       Severity::kWarning));
   Relayed r = relay(concat({large, message('Z', "I")}), 4096);
   EXPECT_EQ(r.out, concat({large, message('Z', "I")}));
   EXPECT_EQ(r.ready, 1u);
+}
+
+TEST(BackendStreamFilter, RecordsTheLastValueOfEachReportedParameterAtAnyChunking) {
+  Bytes stream = concat({parameter("TimeZone", "UTC"), message('C', "SET"), message('Z', "I"),
+                         parameter("default_transaction_read_only", "on"), message('Z', "I"),
+                         parameter("TimeZone", "Europe/Paris"), message('Z', "T")});
+  for (std::size_t chunk : {1u, 2u, 3u, 5u, 8u, 13u, 64u, 65536u}) {
+    Relayed r = relay(stream, chunk);
+    EXPECT_EQ(r.out, stream) << "chunk " << chunk;  // every one is forwarded
+    EXPECT_EQ(r.ready, 3u);
+    EXPECT_EQ(r.reported, (ReportedParameters{{"TimeZone", "Europe/Paris"},
+                                              {"default_transaction_read_only", "on"}}))
+        << "chunk " << chunk;
+  }
+}
+
+TEST(BackendStreamFilter, HoldsACutParameterStatusAndRecordsItOnlyWhole) {
+  Bytes first = message('Z', "I");
+  Bytes stream = concat({first, parameter("application_name", "app")});
+  Bytes cut(stream.begin(), stream.end() - 2);
+  Relayed r = relay(cut, 3);
+  EXPECT_EQ(r.out, first);
+  EXPECT_TRUE(r.reported.empty());
+  EXPECT_TRUE(r.boundary);
+  // A malformed one (no terminator on its value) is forwarded, and not recorded.
+  Bytes malformed = message('S', std::string("name\0value", 10));
+  Relayed bad = relay(concat({malformed, message('Z', "I")}), 4);
+  EXPECT_EQ(bad.out, concat({malformed, message('Z', "I")}));
+  EXPECT_TRUE(bad.reported.empty());
 }
 
 TEST(BackendStreamFilter, AnImpossibleLengthStopsTrackingButForwardsEverything) {
