@@ -156,10 +156,11 @@ die() {
 # more CPU than there is, and where pgrelay runs decides who waits. Shared: when the script's
 # session wants more than a CPU, the upstream's gets one CPU for its backends and walsender, and
 # the walsender feeding pgrelay falls tens of ms behind in bursts. Own: pgrelay is served at
-# once, out of the upstream's share. Measured with native capture at 93533c9 (runs of 20,000
-# transactions): shared, unthrottled p99 4.0-12.7x native and write TPS 0.86-0.98x; own,
-# 1.06-1.72x and 0.79-0.89x; autogroup off (sysctl kernel.sched_autogroup_enabled=0, every
-# thread weighs the same), 1.15-1.47x and 0.93-0.96x.
+# once, out of the upstream's share. Measured with native capture at 93533c9-8c5b2d7 (runs of
+# 20,000 transactions): shared, unthrottled p99 0.86-12.7x native, above 3x in 6 runs of 9, and
+# write TPS 0.81-0.98x; own, 1.06-1.72x in 6 runs of 6, and 0.79-1.00x; autogroup off (sysctl
+# kernel.sched_autogroup_enabled=0, every thread weighs the same), 1.15-1.47x in 4 of 4, and
+# 0.84-0.96x.
 autogroup_state() {
   case "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" in
     1) echo on ;;
