@@ -50,8 +50,8 @@ BackendStreamFilter::Pass BackendStreamFilter::process(std::span<std::uint8_t> c
       continue;
     }
     std::size_t total = 1 + std::size_t{length};
-    const bool held = (tag == 'N' && drop_notice_) || tag == ParameterStatus::kTag;
-    if (held && total <= kMaxHeldMessage) {
+    const bool held_until_whole = (tag == 'N' && drop_notice_) || tag == ParameterStatus::kTag;
+    if (held_until_whole && total <= kMaxHeldMessage) {
       if (size - read < total) break;  // hold the message until it is whole
       const ByteView body(data + read + kHeaderSize, length - 4);
       if (tag == 'N' && drop_notice_(body)) {
