@@ -75,9 +75,10 @@ struct Settings {
   std::int64_t rows_per_transaction = 1;
   bool streaming = false;  // --streaming: protocol 2+, streaming 'on' (stream blocks accepted)
   // --receipts FILE: the first stream's transactions, one line each: "END_LSN FIRST_TS_US
-  // RECEIPT_US SENT_US" (commit end LSN, the first row's ts_us, when its Commit arrived, the
-  // send time the server put on the Commit's XLogData; Unix µs), for bench/hop_report.py to line
-  // up with pgrelay's --hop-trace, or to split a native walsender's latency in two.
+  // RECEIPT_US SENT_US COMMIT_US" (commit end LSN, the first row's ts_us, when its Commit
+  // arrived, the send time the server put on the Commit's XLogData, the commit time the Commit
+  // carries; Unix µs), for bench/hop_report.py to line up with pgrelay's --hop-trace, or to split
+  // a native walsender's latency in two.
   std::string receipts;
 };
 
@@ -176,12 +177,13 @@ struct Stream {
   bool in_txn = false;
   wire::Lsn last_end_lsn;
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the ids in arrival order
-  std::vector<std::int32_t> latency_us;
+  std::vector<std::int32_t> latency_us;         // receipt - the row's ts_us, per row
+  std::vector<std::int32_t> commit_latency_us;  // receipt - the Commit's commit time, per commit
   // For --receipts: the open transaction's first row's ts_us, then each commit's receipt.
   std::int64_t txn_first_ts = 0;
   struct Receipt {
     wire::Lsn end_lsn;
-    std::int64_t first_ts = 0, received = 0, sent = 0;
+    std::int64_t first_ts = 0, received = 0, sent = 0, committed = 0;
   };
   std::vector<Receipt> receipts;
   double last_progress = 0;
@@ -209,6 +211,10 @@ std::int64_t to_int(const std::string& text, const std::string& what, const Stre
     fail(s.where() + ": " + what + " is not an integer: \"" + text + "\"");
   }
   return v;
+}
+
+std::int32_t clamped_micros(std::int64_t us) {
+  return static_cast<std::int32_t>(std::clamp<std::int64_t>(us, INT32_MIN, INT32_MAX));
 }
 
 void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std::int64_t now) {
@@ -247,14 +253,14 @@ void on_insert(Stream& s, const Settings& cfg, const pgoutput::Insert& ins, std:
   ++s.inserts;
   if (++s.changes_in_txn == 1) s.txn_first_ts = ts;
   s.digest = (s.digest ^ static_cast<std::uint64_t>(id)) * 1099511628211ull;
-  s.latency_us.push_back(
-      static_cast<std::int32_t>(std::clamp<std::int64_t>(now - ts, INT32_MIN, INT32_MAX)));
+  s.latency_us.push_back(clamped_micros(now - ts));
 }
 
 // A transaction's end, at Commit or Stream Commit.
-// `sent` is the server's send time on the Commit's XLogData (Unix µs).
+// `sent` is the server's send time on the Commit's XLogData, `committed` the commit time the
+// Commit carries (both Unix µs).
 void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t now,
-               std::int64_t sent) {
+               std::int64_t sent, std::int64_t committed) {
   if (end_lsn <= s.last_end_lsn) {
     fail(s.where() + ": commit end LSN " + end_lsn.to_string() + " not after " +
          s.last_end_lsn.to_string());
@@ -269,8 +275,10 @@ void on_commit(Stream& s, const Settings& cfg, wire::Lsn end_lsn, std::int64_t n
   s.in_txn = false;
   s.last_end_lsn = end_lsn;
   ++s.transactions;
-  if (!cfg.receipts.empty() && s.index == 0 && s.changes_in_txn != 0) {
-    s.receipts.push_back({end_lsn, s.txn_first_ts, now, sent});
+  if (s.changes_in_txn == 0) return;
+  s.commit_latency_us.push_back(clamped_micros(now - committed));
+  if (!cfg.receipts.empty() && s.index == 0) {
+    s.receipts.push_back({end_lsn, s.txn_first_ts, now, sent, committed});
   }
 }
 
@@ -295,10 +303,10 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
     fail(s.where() + ": Stream Abort (the workload's transactions all commit)");
   } else if (const auto* sc = std::get_if<pgoutput::StreamCommit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Stream Commit of a transaction never started");
-    on_commit(s, cfg, sc->end_lsn, now, sent);
+    on_commit(s, cfg, sc->end_lsn, now, sent, wire::pg_to_unix_micros(sc->commit_time));
   } else if (const auto* c = std::get_if<pgoutput::Commit>(&m)) {
     if (!s.in_txn) fail(s.where() + ": Commit without Begin");
-    on_commit(s, cfg, c->end_lsn, now, sent);
+    on_commit(s, cfg, c->end_lsn, now, sent, wire::pg_to_unix_micros(c->commit_time));
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
     // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
@@ -461,9 +469,9 @@ void write_receipts(const std::string& path, const Stream& s) {
   std::FILE* out = std::fopen(path.c_str(), "w");
   if (out == nullptr) fail("cannot create " + path + ": " + std::strerror(errno));
   for (const auto& r : s.receipts) {
-    std::fprintf(out, "%s %lld %lld %lld\n", r.end_lsn.to_string().c_str(),
+    std::fprintf(out, "%s %lld %lld %lld %lld\n", r.end_lsn.to_string().c_str(),
                  static_cast<long long>(r.first_ts), static_cast<long long>(r.received),
-                 static_cast<long long>(r.sent));
+                 static_cast<long long>(r.sent), static_cast<long long>(r.committed));
   }
   if (std::fclose(out) != 0) fail("cannot write " + path + ": " + std::strerror(errno));
 }
@@ -562,6 +570,7 @@ int main(int argc, char** argv) {
     s->decoder = pgoutput::Decoder(pgoutput::DecoderOptions{cfg.proto, false});
     s->seen.assign(static_cast<std::size_t>(cfg.expect) + 1, 0);
     s->latency_us.reserve(static_cast<std::size_t>(cfg.expect));
+    s->commit_latency_us.reserve(static_cast<std::size_t>(cfg.expect));
     s->conn = PQconnectdb((cfg.conninfo + " replication=database").c_str());
     if (PQstatus(s->conn) != CONNECTION_OK) {
       fail(s->where() + ": connect failed: " + PQerrorMessage(s->conn));
@@ -637,23 +646,27 @@ int main(int argc, char** argv) {
       fail(s->where() + " received the ids in another order than " + streams[0]->where());
     }
   }
-  std::vector<std::int32_t> lat;
+  std::vector<std::int32_t> lat, commit_lat;
   std::int64_t total = 0, txns = 0;
   for (const auto& s : streams) {
     lat.insert(lat.end(), s->latency_us.begin(), s->latency_us.end());
+    commit_lat.insert(commit_lat.end(), s->commit_latency_us.begin(), s->commit_latency_us.end());
     total += s->inserts;
     txns += s->transactions;
   }
   std::sort(lat.begin(), lat.end());
+  std::sort(commit_lat.begin(), commit_lat.end());
   const double catchup_s = t_end - t_start;
   const double live_s = t_end - t_first;
   std::printf(
       "consumers=%d changes=%lld transactions=%lld start_to_last_s=%.3f first_to_last_s=%.3f "
       "changes_per_s=%.0f live_changes_per_s=%.0f lat_p50_ms=%.2f lat_p99_ms=%.2f "
-      "lat_max_ms=%.2f consumer_cpu_s=%.2f last_unix_s=%.6f",
+      "lat_max_ms=%.2f lat_commit_p50_ms=%.2f lat_commit_p99_ms=%.2f lat_commit_max_ms=%.2f "
+      "consumer_cpu_s=%.2f last_unix_s=%.6f",
       cfg.consumers, static_cast<long long>(total), static_cast<long long>(txns), catchup_s, live_s,
       total / std::max(catchup_s, 1e-9), total / std::max(live_s, 1e-9), percentile(lat, 50),
-      percentile(lat, 99), lat.empty() ? 0.0 : lat.back() / 1000.0, self_used,
+      percentile(lat, 99), lat.empty() ? 0.0 : lat.back() / 1000.0, percentile(commit_lat, 50),
+      percentile(commit_lat, 99), commit_lat.empty() ? 0.0 : commit_lat.back() / 1000.0, self_used,
       unix_start + (t_last - t_start));
   for (const auto& [label, secs] : cpu_used) std::printf(" cpu_%s_s=%.2f", label.c_str(), secs);
   std::printf("\n");

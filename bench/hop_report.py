@@ -5,10 +5,15 @@
 
 TRACE is what `pgrelay serve --hop-trace FILE` wrote at shutdown ("hop LSN unix_us session"
 lines, each saying every transaction ending at or before LSN had passed the hop by then);
-RECEIPTS is bench_repl_consumer --receipts ("END_LSN FIRST_TS_US RECEIPT_US SENT_US"). For each
-received transaction the time of each hop is the earliest stamp of that hop at or past its end
-LSN. Prints, per hop, the time since the transaction's row was written (its ts_us, taken just
-before commit) and the step from the hop before it on the path, as p50 / p99 / max in ms.
+RECEIPTS is bench_repl_consumer --receipts ("END_LSN FIRST_TS_US RECEIPT_US SENT_US COMMIT_US").
+For each received transaction the time of each hop is the earliest stamp of that hop at or past
+its end LSN. Prints, per hop, the time since the transaction's row was written (its ts_us, taken
+in the INSERT), since its commit, and the step from the hop before it on the path, as p50 / p99
+/ max in ms. The first hop, `commit`, is the commit time the Commit message carries: the
+upstream's own, once the upstream has track_commit_timestamp on (under trigger capture pgrelay
+reads it with pg_xact_commit_timestamp; without it, pgrelay sends its poll's time). Its step
+from the row is the writer's own transaction after the INSERT (under trigger capture, the
+capture trigger runs in it); the steps after it are replication.
 `durable` is off the readers' path under native capture (entries are shown before their
 fdatasync) and on it under trigger capture (shown after): its step is from capture receipt.
 The first --skip-seconds (default 1) of receipts are left out (connection warm-up).
@@ -20,7 +25,7 @@ clock as pgrelay's `upstream_send` hop, so the two runs' upstream walsenders can
 import bisect
 import sys
 
-PATH = ["upstream_send", "capture_receipt", "append_visible", "walsender_read", "socket_write", "consumer"]
+PATH = ["commit", "upstream_send", "capture_receipt", "append_visible", "walsender_read", "socket_write", "consumer"]
 
 
 def lsn(text):
@@ -77,29 +82,31 @@ def main():
         sys.exit(__doc__)
     sender_only = args[0] == "--sender-only"
     if sender_only:
-        index, dropped, path, extra = {}, 0, ["sender_send", "consumer"], []
+        index, dropped, path, extra = {}, 0, ["commit", "sender_send", "consumer"], []
     else:
         index, dropped = read_trace(args[0])
         path, extra = PATH, ["durable"]
     receipts = []
     with open(args[1]) as f:
         for line in f:
-            end, first_ts, received, sent = line.split()
-            receipts.append((lsn(end), int(first_ts), int(received), int(sent)))
+            end, first_ts, received, sent, committed = line.split()
+            receipts.append((lsn(end), int(first_ts), int(received), int(sent), int(committed)))
     if not receipts:
         sys.exit("hop_report: no receipts in %s" % args[1])
     start = receipts[0][2] + skip * 1e6
     since = {h: [] for h in path + extra}
+    since_commit = {h: [] for h in path + extra}
     step = {h: [] for h in path + extra}
     missing = {}
     used = 0
-    for end, origin, received, sent in receipts:
+    for end, origin, received, sent, committed in receipts:
         if received < start:
             continue
         if sender_only:
             times = {"sender_send": sent}
         else:
-            times = {h: first_at_or_past(index, h, end) for h in path[:-1] + extra}
+            times = {h: first_at_or_past(index, h, end) for h in path[1:-1] + extra}
+        times["commit"] = committed
         times["consumer"] = received
         lost = [h for h, t in times.items() if t is None]
         if lost:
@@ -110,19 +117,22 @@ def main():
         prev = origin
         for h in path:
             since[h].append(times[h] - origin)
+            since_commit[h].append(times[h] - committed)
             step[h].append(times[h] - prev)
             prev = times[h]
         if extra:
             since["durable"].append(times["durable"] - origin)
+            since_commit["durable"].append(times["durable"] - committed)
             step["durable"].append(times["durable"] - times["capture_receipt"])
     print("hops of %d transactions (%d left out as warm-up or without every stamp: %s; %d stamps dropped)"
           % (used, len(receipts) - used, missing or "none", dropped))
-    print("%-16s %27s   %27s" % ("", "since the row was written", "step from the hop before"))
-    print("%-16s %8s %8s %9s   %8s %8s %9s" % ("hop (ms)", "p50", "p99", "max", "p50", "p99", "max"))
+    columns = [("since the row was written", since), ("since the commit", since_commit),
+               ("step from the hop before", step)]
+    print("%-16s" % "" + "".join("   %27s" % title for title, _ in columns))
+    print("%-16s" % "hop (ms)" + "   %8s %8s %9s" % ("p50", "p99", "max") * len(columns))
     for h in path + extra:
-        print("%-16s %8.2f %8.2f %9.2f   %8.2f %8.2f %9.2f" % (
-            h, pct(since[h], 50), pct(since[h], 99), pct(since[h], 100),
-            pct(step[h], 50), pct(step[h], 99), pct(step[h], 100)))
+        print("%-16s" % h + "".join("   %8.2f %8.2f %9.2f" % (
+            pct(values[h], 50), pct(values[h], 99), pct(values[h], 100)) for _, values in columns))
     if used == 0:
         sys.exit("hop_report: no transaction had every stamp")
 
