@@ -177,8 +177,8 @@ struct Stream {
   bool in_txn = false;
   wire::Lsn last_end_lsn;
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the ids in arrival order
-  std::vector<std::int32_t> latency_us;         // receipt - the row's ts_us, per row
-  std::vector<std::int32_t> commit_latency_us;  // receipt - the Commit's commit time, per commit
+  std::vector<std::int32_t> latency_us;           // receipt - the row's ts_us, per row
+  std::vector<std::int32_t> commit_latency_us;    // receipt - the Commit's commit time, per commit
   // For --receipts: the open transaction's first row's ts_us, then each commit's receipt.
   std::int64_t txn_first_ts = 0;
   struct Receipt {
@@ -310,9 +310,9 @@ void on_message(Stream& s, const Settings& cfg, const pgoutput::Message& m, std:
   } else if (const auto* r = std::get_if<pgoutput::Relation>(&m)) {
     RelationColumns rc;
     // The table, or one of its partitions when the benchmark partitions it (bench_p0, ...).
-    rc.is_bench = r->name == "bench" ||
-                  (r->name.size() > 7 && r->name.compare(0, 7, "bench_p") == 0 &&
-                   r->name.find_first_not_of("0123456789", 7) == std::string::npos);
+    rc.is_bench =
+        r->name == "bench" || (r->name.size() > 7 && r->name.compare(0, 7, "bench_p") == 0 &&
+                               r->name.find_first_not_of("0123456789", 7) == std::string::npos);
     for (std::size_t i = 0; i < r->columns.size(); ++i) {
       const std::string& n = r->columns[i].name;
       if (n == "id") rc.id = static_cast<int>(i);
