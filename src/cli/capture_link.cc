@@ -50,7 +50,12 @@ Result<wire::Lsn> TriggerCaptureLink::sync() {
 
 CaptureFigures TriggerCaptureLink::figures() const {
   auto stats = service_->stats();
-  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error, 0};
+  CaptureFigures figures{stats.transactions, stats.rows, stats.reconnects, stats.last_error, 0};
+  if (stats.commit_times) {
+    figures.last_commit_time = stats.last_commit_time;
+    figures.last_appended_at = stats.last_appended_at;
+  }
+  return figures;
 }
 
 std::string native_slot_name(std::uint64_t system_id) {
@@ -86,7 +91,9 @@ Result<wire::Lsn> NativeCaptureLink::sync() {
 
 CaptureFigures NativeCaptureLink::figures() const {
   auto stats = capture_->stats();
-  return {stats.transactions, stats.rows, stats.reconnects, stats.last_error, stats.streamed};
+  return {stats.transactions,    stats.rows,     stats.reconnects,
+          stats.last_error,      stats.streamed, stats.last_commit_time,
+          stats.last_appended_at};
 }
 
 }  // namespace pgrelay::cli

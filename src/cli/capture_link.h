@@ -20,6 +20,11 @@ struct CaptureFigures {
   std::string last_error;
   // Of `transactions`, those native capture took in while they still ran upstream.
   std::uint64_t streamed = 0;
+  // Of the last transaction appended to the log (microseconds since 2000-01-01; 0 before the
+  // first): its upstream commit time, and when it was appended. Known only where the commit
+  // time is the upstream's: always with native capture, with trigger capture only where the
+  // upstream has track_commit_timestamp on (otherwise both stay 0).
+  std::int64_t last_commit_time = 0, last_appended_at = 0;
 };
 
 class ServeCapture : public server::CaptureLink {

@@ -14,6 +14,7 @@
 #include "log/file_util.h"
 #include "server/tls_setup.h"
 #include "upstream/virtual_catalog.h"
+#include "wire/replication_frames.h"
 #include "wire/scram.h"
 #include "zero/zero_environment.h"
 
@@ -125,6 +126,21 @@ void publish_metrics(server::MetricWriter& out, const std::vector<DatabaseFigure
     out.counter({"pgrelay_captured_streamed_transactions_total",
                  "Transactions native capture took in while they still ran upstream"},
                 labels, static_cast<double>(db.capture.streamed));
+    if (db.capture.last_appended_at != 0) {
+      const auto seconds = [](std::int64_t pg_micros) {
+        return static_cast<double>(wire::pg_to_unix_micros(pg_micros)) / 1e6;
+      };
+      out.gauge({"pgrelay_capture_last_commit_timestamp_seconds",
+                 "Upstream commit time (Unix seconds) of the last transaction captured into the "
+                 "log"},
+                labels, seconds(db.capture.last_commit_time));
+      out.gauge(
+          {"pgrelay_capture_delay_seconds",
+           "Seconds from the upstream commit of the last transaction captured to its "
+           "append to the log"},
+          labels,
+          static_cast<double>(db.capture.last_appended_at - db.capture.last_commit_time) / 1e6);
+    }
     publish_log_metrics(out, labels, db.log, db.head);
     heads[db.database] = db.head;
   }

@@ -119,7 +119,9 @@ class NativeCapture {
     std::uint64_t transactions = 0, rows = 0, batches = 0, reconnects = 0;
     // Of `transactions`, those the upstream streamed before they committed.
     std::uint64_t streamed = 0;
-    Lsn last_lsn;       // commit LSN of the last transaction appended
+    Lsn last_lsn;  // commit LSN of the last transaction appended
+    // Its upstream commit time and when it was appended (microseconds since 2000-01-01).
+    std::int64_t last_commit_time = 0, last_appended_at = 0;
     Lsn confirmed_lsn;  // what the upstream slot was last told is flushed
     std::string last_error;
   };

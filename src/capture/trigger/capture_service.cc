@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+
+#include "wire/replication_frames.h"
 
 namespace pgrelay::capture {
 namespace {
@@ -142,10 +145,7 @@ Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
   *found = st->transactions + st->messages > 0 || st->rows > 0;
   if (upstream_lsn) *upstream_lsn = st->upstream_lsn;
   std::lock_guard lock(mu_);
-  ++stats_.polls;
-  stats_.transactions += st->transactions;
-  stats_.rows += st->rows;
-  if (st->last_lsn.is_valid()) stats_.last_lsn = st->last_lsn;
+  count_poll(*st);
   if (st->end_error) stats_.last_error = st->end_error->to_string();
   if (st->undecodable_rows > 0) {
     stats_.last_error = std::to_string(st->undecodable_rows) +
@@ -153,6 +153,17 @@ Status CaptureService::poll_once(bool* found, Lsn* upstream_lsn) {
                         "was altered twice between layout syncs without an event trigger)";
   }
   return {};
+}
+
+void CaptureService::count_poll(const PollStats& poll) {
+  ++stats_.polls;
+  stats_.transactions += poll.transactions;
+  stats_.rows += poll.rows;
+  stats_.commit_times = poller_->commit_timestamps();
+  if (poll.last_lsn.is_valid()) stats_.last_lsn = poll.last_lsn;
+  if (poll.last_commit_time == 0) return;
+  stats_.last_commit_time = poll.last_commit_time;
+  stats_.last_appended_at = wire::to_pg_timestamp(std::chrono::system_clock::now());
 }
 
 void CaptureService::wait(std::chrono::microseconds timeout) {
@@ -305,10 +316,7 @@ Result<ExportedSnapshot> CaptureService::export_snapshot() {
     PGRELAY_TRY(poller_->release());
     {
       std::lock_guard lock(mu_);
-      ++stats_.polls;
-      stats_.transactions += polled->transactions;
-      stats_.rows += polled->rows;
-      if (polled->last_lsn.is_valid()) stats_.last_lsn = polled->last_lsn;
+      count_poll(*polled);
     }
     // Entries of this batch and before end below the log's end; later batches start at or
     // after both it and this poll's WAL position, and their commits come after their begins.

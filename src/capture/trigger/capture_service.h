@@ -110,6 +110,10 @@ class CaptureService {
     // reconnects: connections re-established after one was lost, however it was noticed.
     std::uint64_t transactions = 0, rows = 0, polls = 0, reconnects = 0;
     Lsn last_lsn;
+    // Of the last transaction appended, in microseconds since 2000-01-01: its commit time (the
+    // upstream's when commit_times, otherwise its poll's) and when it was appended.
+    std::int64_t last_commit_time = 0, last_appended_at = 0;
+    bool commit_times = false;  // the upstream has track_commit_timestamp on
     std::string last_error;
   };
   Stats stats() const;
@@ -128,6 +132,8 @@ class CaptureService {
   void run_tasks();
   // `upstream_lsn` (optional) receives the upstream's WAL insert position at the poll.
   Status poll_once(bool* found, Lsn* upstream_lsn = nullptr);
+  // Counts a poll's figures in stats_; the caller holds mu_.
+  void count_poll(const PollStats& poll);
   void note_error(const Error& error);
   void wait(std::chrono::microseconds timeout);
   // Raises or lowers the flag that makes writers notify; false (error noted) when it failed.

@@ -77,6 +77,9 @@ struct PollStats {
   std::string snapshot;  // S_k
   Lsn upstream_lsn;      // pg_current_wal_insert_lsn() at S_k
   Lsn last_lsn;          // commit LSN of the last entry appended, invalid when none
+  // The commit time of the last transaction appended (microseconds since 2000-01-01; 0 when
+  // none): the upstream's with commit_timestamps(), otherwise the poll's.
+  std::int64_t last_commit_time = 0;
   // The poll's statement failed to end (its release did not commit, or the connection broke)
   // after its rows were in the log: the poll's entries stand, and the next poll releases.
   std::optional<Error> end_error;
