@@ -91,9 +91,11 @@ Result<wire::Lsn> NativeCaptureLink::sync() {
 
 CaptureFigures NativeCaptureLink::figures() const {
   auto stats = capture_->stats();
-  return {stats.transactions,    stats.rows,     stats.reconnects,
-          stats.last_error,      stats.streamed, stats.last_commit_time,
-          stats.last_appended_at};
+  CaptureFigures figures{stats.transactions, stats.rows, stats.reconnects, stats.last_error,
+                         stats.streamed};
+  figures.last_commit_time = stats.last_commit_time;
+  figures.last_appended_at = stats.last_appended_at;
+  return figures;
 }
 
 }  // namespace pgrelay::cli

@@ -1,6 +1,7 @@
 # End-to-end test of capture's time metrics on /metrics: the last commit captured, and its delay.
 import os
 import re
+import time
 import urllib.request
 
 from e2e_support import expect, free_port, main, wait_until
@@ -69,9 +70,9 @@ def body(env):
     env.check("trigger capture: the last commit captured and its delay", follows_commits("trigger"))
     env.check("native capture: the last commit captured and its delay", follows_commits("native"))
 
-    def unknown_without_commit_timestamps():
-        # Trigger capture then stamps transactions with its poll's time, which says nothing of the
-        # upstream's commit: the series stay out rather than report a delay of about zero.
+    def known_only_with_commit_timestamps():
+        # Without them trigger capture stamps transactions with its poll's time, which says nothing
+        # of the upstream's commit: the series stay out rather than report a delay of about zero.
         env.psql_admin("ALTER SYSTEM SET track_commit_timestamp = off")
         env.restart_postgres()
         port = free_port()
@@ -80,17 +81,33 @@ def body(env):
                                             "--metrics", "127.0.0.1:%d" % port])
         try:
             env.direct_query("INSERT INTO items VALUES (%s, 'x')", (state["next_id"],))
+            state["next_id"] += 1
             wait_until(lambda: (metric(port, "pgrelay_captured_transactions_total") or 0) >= 1, 30,
                        "the transaction captured")
             text = metrics_text(port)
             expect(LAST_COMMIT not in text and DELAY not in text,
                    "no commit-time series where the upstream keeps no commit timestamps", got=text)
+            # Turned on while pgrelay runs: after its reconnect, the poll's time kept from before
+            # is not reported as a commit's; the next transaction's commit is.
+            env.psql_admin("ALTER SYSTEM SET track_commit_timestamp = on")
+            env.restart_postgres()
+            wait_until(lambda: (metric(port, "pgrelay_capture_reconnects_total") or 0) >= 1, 30,
+                       "trigger capture reconnected")
+            time.sleep(2.5)  # idle polls come at most a second apart: some ran since
+            text = metrics_text(port)
+            expect(LAST_COMMIT not in text and DELAY not in text,
+                   "no commit time from before the upstream kept them", got=text)
+            row_id = state["next_id"]
+            committed = insert(env, row_id)
+            wait_until(lambda: metric(port, LAST_COMMIT) is not None, 30, "%s after the restart" % LAST_COMMIT)
+            got = metric(port, LAST_COMMIT)
+            expect(abs(got - committed) < 2e-6, "%s is the upstream's commit time of row %d" % (LAST_COMMIT, row_id),
+                   got="%.6f" % got, expected="%.6f" % committed)
         finally:
             relay.stop()
 
-    env.check("trigger capture without track_commit_timestamp: no commit-time series",
-              unknown_without_commit_timestamps)
-
+    env.check("trigger capture: commit-time series only while the upstream keeps commit timestamps",
+              known_only_with_commit_timestamps)
 
 if __name__ == "__main__":
     main("capture_metrics", body)

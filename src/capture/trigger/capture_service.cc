@@ -159,7 +159,12 @@ void CaptureService::count_poll(const PollStats& poll) {
   ++stats_.polls;
   stats_.transactions += poll.transactions;
   stats_.rows += poll.rows;
-  stats_.commit_times = poller_->commit_timestamps();
+  if (stats_.commit_times != poller_->commit_timestamps()) {
+    // The upstream restarted with track_commit_timestamp changed: a time kept from before is
+    // of the other kind.
+    stats_.commit_times = poller_->commit_timestamps();
+    stats_.last_commit_time = stats_.last_appended_at = 0;
+  }
   if (poll.last_lsn.is_valid()) stats_.last_lsn = poll.last_lsn;
   if (poll.last_commit_time == 0) return;
   stats_.last_commit_time = poll.last_commit_time;
