@@ -2,12 +2,19 @@
 // wakes it; and which of its errors are news worth a log line.
 #include "base/background_thread.h"
 
+#include <string>
+
+#include "base/thread_name.h"
+
 namespace pgrelay {
 
-void BackgroundThread::start(std::function<void()> job) {
+void BackgroundThread::start(std::string_view name, std::function<void()> job) {
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread(std::move(job));
+  thread_ = std::thread([name = std::string(name), job = std::move(job)] {
+    name_this_thread(name);
+    job();
+  });
 }
 
 void BackgroundThread::stop() {

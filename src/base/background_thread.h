@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace pgrelay {
@@ -19,8 +20,8 @@ class BackgroundThread {
   BackgroundThread(const BackgroundThread&) = delete;
   BackgroundThread& operator=(const BackgroundThread&) = delete;
 
-  // Runs `job` on a new thread, unless one runs already.
-  void start(std::function<void()> job);
+  // Runs `job` on a new thread named `name` (see thread_name.h), unless one runs already.
+  void start(std::string_view name, std::function<void()> job);
   // Asks the job to stop, wakes it from pause(), and waits for it to return.
   void stop();
   bool stopping() const { return stopping_.load(); }

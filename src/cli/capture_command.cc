@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/strings.h"
+#include "base/thread_name.h"
 #include "capture/native/native_setup.h"
 #include "capture/trigger/installer.h"
 #include "cli/admin_commands.h"
@@ -56,7 +57,10 @@ class ProgressReporter {
         total_(total),
         what_(std::move(what)),
         start_(Clock::now()) {
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      name_this_thread("install-report");
+      loop();
+    });
   }
   ~ProgressReporter() {
     {

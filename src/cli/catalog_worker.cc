@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "base/thread_name.h"
+
 namespace pgrelay::cli {
 namespace {
 
@@ -24,7 +26,10 @@ CatalogWorker::CatalogWorker(std::unique_ptr<upstream::VirtualCatalog> catalog,
       database_(std::move(database)),
       io_(io),
       hubs_(hubs) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("catalog");
+    loop();
+  });
 }
 
 CatalogWorker::~CatalogWorker() {

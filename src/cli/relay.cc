@@ -575,7 +575,7 @@ Status Relay::start_admin() {
   sources.pgrelay_log = log_tail_;
   admin_view_ = std::make_unique<AdminView>(std::move(sources));
   admin_view_->sample();
-  admin_sampler_.start([this] {
+  admin_sampler_.start("admin-sampler", [this] {
     while (!admin_sampler_.stopping()) {
       admin_sampler_.pause(std::chrono::seconds(1));
       admin_view_->sample();

@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "base/thread_name.h"
 #include "log/crc32c.h"
 #include "log/record_reader.h"
 
@@ -257,7 +258,10 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   }
   PGRELAY_TRY(open_marks(*log));
   if (log->options_.sync != SyncPolicy::kNone) {
-    log->sync_thread_ = std::thread([raw = log.get()] { raw->sync_loop(); });
+    log->sync_thread_ = std::thread([raw = log.get()] {
+      name_this_thread("log-sync");
+      raw->sync_loop();
+    });
   }
   return log;
 }

@@ -47,7 +47,7 @@ Publisher::~Publisher() {
 
 void Publisher::start() {
   set_state("connecting");
-  thread_.start([this] { run(); });
+  thread_.start("nats-publish", [this] { run(); });
 }
 
 void Publisher::stop() {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/thread_name.h"
 #include "upstream/message_stream.h"
 
 namespace pgrelay::server {
@@ -89,7 +90,10 @@ Status RelayLoop::start() {
     std::lock_guard lock(mu_);
     running_ = true;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("relay-loop");
+    run();
+  });
   return {};
 }
 

@@ -19,6 +19,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/thread_name.h"
+
 namespace pgrelay::upstream {
 namespace fs = std::filesystem;
 namespace {
@@ -194,7 +196,10 @@ Result<std::unique_ptr<EmbeddedPostgres>> EmbeddedPostgres::start(EmbeddedOption
   if (auto written = pg->write_settings(); !written.ok()) return written.error();
 
   EmbeddedPostgres* self = pg.get();
-  pg->supervisor_ = std::thread([self] { self->supervise(); });
+  pg->supervisor_ = std::thread([self] {
+    name_this_thread("pg-supervisor");
+    self->supervise();
+  });
   std::unique_lock lock(pg->mu_);
   pg->cv_.wait(lock, [&] { return pg->started_ || pg->start_error_.has_value(); });
   if (pg->start_error_) {

@@ -81,7 +81,7 @@ ZeroSupervisor::~ZeroSupervisor() {
 }
 
 void ZeroSupervisor::start() {
-  thread_.start([this] { run(); });
+  thread_.start("zero-supervisor", [this] { run(); });
 }
 
 void ZeroSupervisor::stop() {

@@ -1,4 +1,4 @@
-# End-to-end test of capture's time metrics on /metrics: the last commit captured, and its delay.
+# End-to-end test of capture's time metrics on /metrics (the last commit captured, its delay) and thread names.
 import os
 import re
 import time
@@ -26,6 +26,20 @@ def metric(port, name):
     return float(m.group(1)) if m else None
 
 
+CAPTURE_THREADS = {"trigger": ["trigger-poll", "trigger-tables"], "native": ["native-capture", "native-mirror"]}
+
+
+def thread_names(pid):
+    names = set()
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                names.add(f.read().strip())
+        except OSError:
+            pass  # it ended meanwhile
+    return names
+
+
 def commit_seconds(env, row_id):
     """The upstream's commit time of the transaction that wrote row `row_id`, in Unix seconds."""
     rows = env.direct_query("SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin))::float8 "
@@ -50,6 +64,10 @@ def body(env):
                                     extra_args=["--no-tls", "--capture", mode, "--schema", "pgrelay_" + mode,
                                                 "--metrics", "127.0.0.1:%d" % port])
             try:
+                # Its threads carry the names of their parts (top -H, ps -L, perf).
+                threads = thread_names(relay.proc.pid)
+                for name in CAPTURE_THREADS[mode] + ["log-sync"]:
+                    expect(name in threads, "a thread named %s" % name, got=sorted(threads))
                 for _ in range(2):  # the second commit moves the series on
                     row_id = state["next_id"]
                     state["next_id"] += 1
@@ -67,8 +85,8 @@ def body(env):
                 relay.stop()
         return check
 
-    env.check("trigger capture: the last commit captured and its delay", follows_commits("trigger"))
-    env.check("native capture: the last commit captured and its delay", follows_commits("native"))
+    env.check("trigger capture: its threads named, the last commit captured and its delay", follows_commits("trigger"))
+    env.check("native capture: its threads named, the last commit captured and its delay", follows_commits("native"))
 
     def known_only_with_commit_timestamps():
         # Without them trigger capture stamps transactions with its poll's time, which says nothing

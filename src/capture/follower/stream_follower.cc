@@ -121,7 +121,7 @@ StreamFollower::~StreamFollower() {
 
 void StreamFollower::start() {
   set_state("connecting");
-  thread_.start([this] { run(); });
+  thread_.start("nats-follow", [this] { run(); });
 }
 
 void StreamFollower::stop() {

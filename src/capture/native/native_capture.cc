@@ -6,6 +6,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "base/thread_name.h"
 #include "wire/replication_frames.h"
 
 namespace pgrelay::capture {
@@ -85,8 +86,14 @@ Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions
     if (connected.error().sqlstate != sqlstate::kObjectInUse) return connected.error();
     capture->note_error(connected.error());
   }
-  capture->thread_ = std::thread([c = capture.get()] { c->run(); });
-  capture->mirror_thread_ = std::thread([c = capture.get()] { c->run_mirror(); });
+  capture->thread_ = std::thread([c = capture.get()] {
+    name_this_thread("native-capture");
+    c->run();
+  });
+  capture->mirror_thread_ = std::thread([c = capture.get()] {
+    name_this_thread("native-mirror");
+    c->run_mirror();
+  });
   return capture;
 }
 

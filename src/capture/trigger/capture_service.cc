@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/thread_name.h"
 #include "wire/replication_frames.h"
 
 namespace pgrelay::capture {
@@ -45,8 +46,14 @@ Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOpti
     return Error::make(sqlstate::kInternalError, "could not create the capture wake-up pipe");
   }
   PGRELAY_TRY(svc->connect());
-  svc->thread_ = std::thread([s = svc.get()] { s->run(); });
-  svc->detector_ = std::thread([s = svc.get()] { s->run_detector(); });
+  svc->thread_ = std::thread([s = svc.get()] {
+    name_this_thread("trigger-poll");
+    s->run();
+  });
+  svc->detector_ = std::thread([s = svc.get()] {
+    name_this_thread("trigger-tables");
+    s->run_detector();
+  });
   return svc;
 }
 
