@@ -187,10 +187,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::start(AdminServerOptions optio
   }
   std::unique_ptr<AdminServer> out(new AdminServer(std::move(impl)));
   out->port_ = port;
-  out->thread_ = std::thread([server = &out->impl_->server] {
-    name_this_thread("admin-http");
-    server->listen_after_bind();
-  });
+  out->thread_ = start_named_thread(
+      "admin-http", [server = &out->impl_->server] { server->listen_after_bind(); });
   return out;
 }
 

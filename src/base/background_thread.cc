@@ -11,10 +11,7 @@ namespace pgrelay {
 void BackgroundThread::start(std::string_view name, std::function<void()> job) {
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([name = std::string(name), job = std::move(job)] {
-    name_this_thread(name);
-    job();
-  });
+  thread_ = start_named_thread(name, std::move(job));
 }
 
 void BackgroundThread::stop() {

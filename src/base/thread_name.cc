@@ -13,4 +13,11 @@ void name_this_thread(std::string_view name) {
   (void)pthread_setname_np(pthread_self(), kept.c_str());
 }
 
+std::thread start_named_thread(std::string_view name, std::function<void()> job) {
+  return std::thread([name = std::string(name), job = std::move(job)] {
+    name_this_thread(name);
+    job();
+  });
+}
+
 }  // namespace pgrelay

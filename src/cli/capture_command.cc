@@ -57,10 +57,7 @@ class ProgressReporter {
         total_(total),
         what_(std::move(what)),
         start_(Clock::now()) {
-    thread_ = std::thread([this] {
-      name_this_thread("install-report");
-      loop();
-    });
+    thread_ = start_named_thread("install-report", [this] { loop(); });
   }
   ~ProgressReporter() {
     {

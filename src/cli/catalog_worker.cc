@@ -26,10 +26,7 @@ CatalogWorker::CatalogWorker(std::unique_ptr<upstream::VirtualCatalog> catalog,
       database_(std::move(database)),
       io_(io),
       hubs_(hubs) {
-  thread_ = std::thread([this] {
-    name_this_thread("catalog");
-    loop();
-  });
+  thread_ = start_named_thread("catalog", [this] { loop(); });
 }
 
 CatalogWorker::~CatalogWorker() {

@@ -258,10 +258,7 @@ Result<std::unique_ptr<ChangeLog>> ChangeLog::open(LogOptions options) {
   }
   PGRELAY_TRY(open_marks(*log));
   if (log->options_.sync != SyncPolicy::kNone) {
-    log->sync_thread_ = std::thread([raw = log.get()] {
-      name_this_thread("log-sync");
-      raw->sync_loop();
-    });
+    log->sync_thread_ = start_named_thread("log-sync", [raw = log.get()] { raw->sync_loop(); });
   }
   return log;
 }

@@ -90,10 +90,7 @@ Status RelayLoop::start() {
     std::lock_guard lock(mu_);
     running_ = true;
   }
-  thread_ = std::thread([this] {
-    name_this_thread("relay-loop");
-    run();
-  });
+  thread_ = start_named_thread("relay-loop", [this] { run(); });
   return {};
 }
 

@@ -196,10 +196,7 @@ Result<std::unique_ptr<EmbeddedPostgres>> EmbeddedPostgres::start(EmbeddedOption
   if (auto written = pg->write_settings(); !written.ok()) return written.error();
 
   EmbeddedPostgres* self = pg.get();
-  pg->supervisor_ = std::thread([self] {
-    name_this_thread("pg-supervisor");
-    self->supervise();
-  });
+  pg->supervisor_ = start_named_thread("pg-supervisor", [self] { self->supervise(); });
   std::unique_lock lock(pg->mu_);
   pg->cv_.wait(lock, [&] { return pg->started_ || pg->start_error_.has_value(); });
   if (pg->start_error_) {

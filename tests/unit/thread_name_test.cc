@@ -18,22 +18,28 @@ std::string this_thread_name() {
   return name;
 }
 
-TEST(ThreadName, NamesTheCallingThread) {
+// The name a new thread reports once it named itself `name`.
+std::string name_after_naming(const std::string& name) {
   std::string seen;
   std::thread([&] {
-    name_this_thread("log-sync");
+    name_this_thread(name);
     seen = this_thread_name();
   }).join();
-  EXPECT_EQ(seen, "log-sync");
+  return seen;
+}
+
+TEST(ThreadName, NamesTheCallingThread) {
+  EXPECT_EQ(name_after_naming("log-sync"), "log-sync");
 }
 
 TEST(ThreadName, KeepsTheFirstFifteenBytesOfALongName) {
+  EXPECT_EQ(name_after_naming("a-name-longer-than-linux-keeps"), "a-name-longer-t");
+}
+
+TEST(ThreadName, AStartedThreadRunsUnderItsName) {
   std::string seen;
-  std::thread([&] {
-    name_this_thread("a-name-longer-than-linux-keeps");
-    seen = this_thread_name();
-  }).join();
-  EXPECT_EQ(seen, "a-name-longer-t");
+  start_named_thread("relay-loop", [&] { seen = this_thread_name(); }).join();
+  EXPECT_EQ(seen, "relay-loop");
 }
 
 TEST(ThreadName, ABackgroundThreadRunsUnderItsName) {

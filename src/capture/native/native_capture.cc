@@ -86,14 +86,9 @@ Result<std::unique_ptr<NativeCapture>> NativeCapture::start(NativeCaptureOptions
     if (connected.error().sqlstate != sqlstate::kObjectInUse) return connected.error();
     capture->note_error(connected.error());
   }
-  capture->thread_ = std::thread([c = capture.get()] {
-    name_this_thread("native-capture");
-    c->run();
-  });
-  capture->mirror_thread_ = std::thread([c = capture.get()] {
-    name_this_thread("native-mirror");
-    c->run_mirror();
-  });
+  capture->thread_ = start_named_thread("native-capture", [c = capture.get()] { c->run(); });
+  capture->mirror_thread_ =
+      start_named_thread("native-mirror", [c = capture.get()] { c->run_mirror(); });
   return capture;
 }
 

@@ -46,14 +46,8 @@ Result<std::unique_ptr<CaptureService>> CaptureService::start(CaptureServiceOpti
     return Error::make(sqlstate::kInternalError, "could not create the capture wake-up pipe");
   }
   PGRELAY_TRY(svc->connect());
-  svc->thread_ = std::thread([s = svc.get()] {
-    name_this_thread("trigger-poll");
-    s->run();
-  });
-  svc->detector_ = std::thread([s = svc.get()] {
-    name_this_thread("trigger-tables");
-    s->run_detector();
-  });
+  svc->thread_ = start_named_thread("trigger-poll", [s = svc.get()] { s->run(); });
+  svc->detector_ = start_named_thread("trigger-tables", [s = svc.get()] { s->run_detector(); });
   return svc;
 }
 
