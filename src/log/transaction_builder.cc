@@ -292,4 +292,11 @@ Result<BuiltEntry> build_message_entry(const TransactionHeader& header, Lsn lsn,
   return entry;
 }
 
+std::optional<std::int64_t> last_commit_time(std::span<const BuiltEntry> entries) {
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (it->meta.kind == EntryKind::kTransaction) return it->meta.commit_time;
+  }
+  return std::nullopt;
+}
+
 }  // namespace pgrelay::log

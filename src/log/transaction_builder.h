@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -53,6 +55,10 @@ struct BuiltEntry {
   PendingEntry pending() const { return PendingEntry{meta, data, spill.get(), marked}; }
   std::uint64_t data_size() const { return spill ? spill->size() : data.size(); }
 };
+
+// The commit time of the last transaction among `entries`; none when they hold only
+// non-transactional messages (whose time is when they were sent, not a commit's).
+std::optional<std::int64_t> last_commit_time(std::span<const BuiltEntry> entries);
 
 struct BuilderOptions {
   // Where spill files are made (created 0700 if missing); only needed once a transaction

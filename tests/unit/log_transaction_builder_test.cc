@@ -577,5 +577,17 @@ TEST(TransactionBuilder, EndToEndThroughTheLog) {
   EXPECT_EQ(txn->changes, expected[3]);
 }
 
+TEST(LastCommitTime, IsTheLastTransactionsNotAMessagesAndNoneWithoutATransaction) {
+  std::vector<BuiltEntry> entries(3);
+  entries[0].meta.commit_time = 100;
+  entries[1].meta.commit_time = 200;
+  entries[2].meta.kind = EntryKind::kMessage;
+  entries[2].meta.commit_time = 300;  // a message's send time
+  EXPECT_EQ(last_commit_time(entries), 200);
+  entries[0].meta.kind = entries[1].meta.kind = EntryKind::kMessage;
+  EXPECT_EQ(last_commit_time(entries), std::nullopt);
+  EXPECT_EQ(last_commit_time({}), std::nullopt);
+}
+
 }  // namespace
 }  // namespace pgrelay::log

@@ -629,12 +629,8 @@ Status NativeCapture::flush_pending() {
     stats_.rows += pending_rows_;
     stats_.streamed += pending_streamed_;
     stats_.last_lsn = pending_.back().meta.commit_lsn;
-    // A non-transactional message carries the walsender's send time, not a commit's.
-    auto last_commit = std::find_if(pending_.rbegin(), pending_.rend(), [](const auto& e) {
-      return e.meta.kind == log::EntryKind::kTransaction;
-    });
-    if (last_commit != pending_.rend()) {
-      stats_.last_commit_time = last_commit->meta.commit_time;
+    if (auto committed = log::last_commit_time(pending_)) {
+      stats_.last_commit_time = *committed;
       stats_.last_appended_at = wire::to_pg_timestamp(std::chrono::system_clock::now());
     }
   }

@@ -807,10 +807,7 @@ Result<TriggerPoller::Attempt> TriggerPoller::capture_once(const std::string& sn
     if (!built.empty()) {
       if (!stats.base.is_valid()) stats.base = *base;
       stats.last_lsn = *base + built.back().meta.commit_lsn.value();
-      auto last_commit = std::find_if(built.rbegin(), built.rend(), [](const auto& e) {
-        return e.meta.kind == log::EntryKind::kTransaction;
-      });
-      if (last_commit != built.rend()) stats.last_commit_time = last_commit->meta.commit_time;
+      if (auto committed = log::last_commit_time(built)) stats.last_commit_time = *committed;
       if (trace != nullptr) {
         const std::uint64_t through = (*base + built.back().meta.end_lsn.value()).value();
         trace->stamp(Hop::kUpstreamSend, through, poll_sent);
