@@ -127,13 +127,11 @@ void publish_metrics(server::MetricWriter& out, const std::vector<DatabaseFigure
                  "Transactions native capture took in while they still ran upstream"},
                 labels, static_cast<double>(db.capture.streamed));
     if (db.capture.last_appended_at != 0) {
-      const auto seconds = [](std::int64_t pg_micros) {
-        return static_cast<double>(wire::pg_to_unix_micros(pg_micros)) / 1e6;
-      };
       out.gauge({"pgrelay_capture_last_commit_timestamp_seconds",
                  "Upstream commit time (Unix seconds) of the last transaction captured into the "
                  "log"},
-                labels, seconds(db.capture.last_commit_time));
+                labels,
+                static_cast<double>(wire::pg_to_unix_micros(db.capture.last_commit_time)) / 1e6);
       out.gauge(
           {"pgrelay_capture_delay_seconds",
            "Seconds from the upstream commit of the last transaction captured to its "
