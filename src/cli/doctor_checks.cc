@@ -727,6 +727,30 @@ Check check_prepared_transactions(const Facts& f) {
   return c;
 }
 
+// pgoutput's Commit carries the commit's time. Trigger capture reads it with
+// pg_xact_commit_timestamp, which only this setting makes available; without it each
+// transaction is stamped with the time of the poll that found it.
+Check check_commit_timestamps(const Facts& f) {
+  if (f.server.track_commit_timestamp) {
+    return make("commit_timestamps", Verdict::kOk,
+                "track_commit_timestamp = on: each Commit carries the transaction's own commit "
+                "time");
+  }
+  Check c = make("commit_timestamps", Verdict::kWarn,
+                 "track_commit_timestamp = off: under trigger capture each Commit carries the "
+                 "time of the poll that found the transaction (milliseconds after its commit), "
+                 "not its commit time");
+  c.details.push_back(
+      "Consumers that read commit times (an event's timestamp, replication lag) then see the "
+      "poll's, and pgrelay_capture_delay_seconds is not reported. Native capture sends the "
+      "upstream's own commit time either way.");
+  c.details.push_back(
+      "The setting costs the upstream a few bytes per transaction in pg_commit_ts.");
+  c.fixes.push_back(
+      {"set in " + conf_file(f) + ", then restart the server", {"track_commit_timestamp = on"}});
+  return c;
+}
+
 Check check_replication_slots(const Facts& f) {
   const ServerFacts& s = f.server;
   if (s.wal_level != "logical") {
@@ -924,6 +948,7 @@ Report evaluate(const Facts& facts) {
               check_replica_identity(facts),
               check_pg_hba(facts),
               check_prepared_transactions(facts),
+              check_commit_timestamps(facts),
               check_replication_slots(facts),
               check_all_tables_publications(facts),
               check_databases(facts)};

@@ -98,6 +98,7 @@ SELECT pg_catalog.current_setting('server_version_num')::int,
   coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''),
   coalesce((SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name = 'config_file'), ''),
   coalesce((SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name = 'hba_file'), ''),
+  pg_catalog.current_setting('track_commit_timestamp') = 'on',
   r.rolname, pg_catalog.quote_ident(r.rolname), r.rolsuper, r.rolreplication,
   pg_catalog.current_database(), pg_catalog.quote_ident(pg_catalog.current_database()),
   pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')
@@ -127,14 +128,15 @@ Status read_server_and_role(PGconn* conn, Facts& f) {
   s.server_address = r->value(0, 13);
   s.config_file = r->value(0, 14);
   s.hba_file = r->value(0, 15);
+  s.track_commit_timestamp = r->flag(0, 16);
   RoleFacts& role = f.role;
-  role.name = r->value(0, 16);
-  role.quoted = r->value(0, 17);
-  role.superuser = r->flag(0, 18);
-  role.replication = r->flag(0, 19);
-  role.database = r->value(0, 20);
-  role.database_quoted = r->value(0, 21);
-  role.create_on_database = r->flag(0, 22);
+  role.name = r->value(0, 17);
+  role.quoted = r->value(0, 18);
+  role.superuser = r->flag(0, 19);
+  role.replication = r->flag(0, 20);
+  role.database = r->value(0, 21);
+  role.database_quoted = r->value(0, 22);
+  role.create_on_database = r->flag(0, 23);
   f.connection.unix_socket = s.client_address.empty();
   return {};
 }

@@ -367,6 +367,7 @@ Status EmbeddedPostgres::write_settings() {
       "max_connections = 200               # zero-cache and friends open many\n"
       "shared_buffers = 128MB\n"
       "max_prepared_transactions = 0       # lets capture wake on NOTIFY\n"
+      "track_commit_timestamp = on         # trigger capture sends each commit's own time\n"
       "wal_level = " +
       std::string(options_.logical_decoding ? "logical" : "replica") +
       "\n"

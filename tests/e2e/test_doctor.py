@@ -17,7 +17,7 @@ WRONG_PASSWORD = "Wrong-Pw-9931"
 
 CHECKS = ["connection", "server_version", "writable", "tls", "wal_level", "role", "schema", "grants",
           "ddl_tracking", "publications", "publication_filters", "table_privileges",
-          "replica_identity", "pg_hba", "prepared_transactions", "replication_slots",
+          "replica_identity", "pg_hba", "prepared_transactions", "commit_timestamps", "replication_slots",
           "all_tables_publications", "databases"]
 
 SETUP = """
@@ -215,6 +215,8 @@ def body(env):
         expect_check(checks, "table_privileges", "OK", "owns all 3 published tables")
         expect_check(checks, "pg_hba", "OK", "127.0.0.1/32 scram-sha-256) admits postgres from 127.0.0.1")
         expect_check(checks, "prepared_transactions", "OK", "max_prepared_transactions = 0")
+        expect_check(checks, "commit_timestamps", "WARN", "track_commit_timestamp = off",
+                     "time of the poll", "pgrelay_capture_delay_seconds", "track_commit_timestamp = on")
         expect_check(checks, "replication_slots", "SKIP")
         expect(not any(s == "FAIL" for s, _ in checks.values()), "no FAIL", got=out)
         expect("pgrelay can serve this upstream with trigger capture" in out, "the verdict line", got=out)
@@ -468,7 +470,8 @@ def body(env):
         env.skip("TLS", "openssl could not make a certificate")
 
     def native_settings():
-        for setting in ("wal_level = logical", "max_prepared_transactions = 2", "max_replication_slots = 1"):
+        for setting in ("wal_level = logical", "max_prepared_transactions = 2", "max_replication_slots = 1",
+                        "track_commit_timestamp = on"):
             env.psql_admin("ALTER SYSTEM SET " + setting)
         env.pg_cmd(["pg_ctl", "-D", env.pg_dir, "-l", os.path.join(env.base, "postgres.log"), "-w",
                     "-t", "60", "-m", "fast", "restart"])
@@ -477,6 +480,8 @@ def body(env):
         expect_check(checks, "wal_level", "OK", "wal_level = logical", "native capture (--capture native or auto) is possible")
         expect_check(checks, "prepared_transactions", "WARN", "max_prepared_transactions = 2", "100 ms",
                      "max_prepared_transactions = 0")
+        expect_check(checks, "commit_timestamps", "OK", "track_commit_timestamp = on",
+                     "the transaction's own commit time")
         expect_check(checks, "replication_slots", "WARN", "max_replication_slots = 1 (1 in use)",
                      "max_replication_slots = 10")
         checks, out = doctor(env, user, 1)

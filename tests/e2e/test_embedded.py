@@ -159,8 +159,9 @@ def run_private_instance_checks(env, label, cwd, user=None, binary=None):
     def private():
         rows = query(relay.url, "SELECT current_setting('listen_addresses'), "
                                 "current_setting('unix_socket_directories'), "
-                                "current_setting('server_encoding'), current_setting('max_connections')")
-        listen, sockets, encoding, max_conn = rows[0]
+                                "current_setting('server_encoding'), current_setting('max_connections'), "
+                                "current_setting('track_commit_timestamp')")
+        listen, sockets, encoding, max_conn, commit_ts = rows[0]
         expect_eq(listen, "", "listen_addresses of the private PostgreSQL (Unix socket only)")
         expect(sockets.startswith(relay.cluster_dir()) or sockets.startswith("/tmp/pgrelay-"),
                "its socket directory to be private", got=sockets)
@@ -168,6 +169,7 @@ def run_private_instance_checks(env, label, cwd, user=None, binary=None):
         expect_eq(mode, 0o700, "the socket directory's mode")
         expect_eq(encoding, "UTF8", "server_encoding")
         expect_eq(max_conn, "200", "max_connections (sized for zero-cache's pools)")
+        expect_eq(commit_ts, "on", "track_commit_timestamp (trigger capture sends each commit's own time)")
         pid = relay.postmaster_pid()
         expect(pid is not None and alive(pid), "a running postmaster", got=pid)
         expected_uid = user.pw_uid if user else (
