@@ -34,8 +34,8 @@ struct ServerFacts {
   std::string read_only_source;  // pg_settings.source of default_transaction_read_only
   std::string wal_level;
   int max_prepared_transactions = 0;
-  bool track_commit_timestamp = false;
-  int prepared_transactions = 0;  // rows of pg_prepared_xacts now
+  bool track_commit_timestamp = false;  // pg_xact_commit_timestamp() answers
+  int prepared_transactions = 0;        // rows of pg_prepared_xacts now
   int max_replication_slots = 0;
   int replication_slots = 0;  // slots that exist now
   int max_wal_senders = 0;
