@@ -40,14 +40,15 @@ using pgrelay::UniqueFd;
 
 constexpr std::size_t kMessageBytes = 200;
 
-// Exits 1 with `what`, and the system's reason when errno holds one.
+// Exits 1 with `what`.
 [[noreturn]] void die(const std::string& what) {
-  if (errno != 0) {
-    std::fprintf(stderr, "bench_relay_floor: %s: %s\n", what.c_str(), std::strerror(errno));
-  } else {
-    std::fprintf(stderr, "bench_relay_floor: %s\n", what.c_str());
-  }
+  std::fprintf(stderr, "bench_relay_floor: %s\n", what.c_str());
   std::exit(1);
+}
+
+// Exits 1 with `what` and the reason of the system call that just failed (errno).
+[[noreturn]] void die_errno(const std::string& what) {
+  die(what + ": " + std::strerror(errno));
 }
 
 sockaddr_in loopback(std::uint16_t port) {
@@ -64,11 +65,11 @@ UniqueFd listen_any(std::uint16_t& port) {
   sockaddr_in address = loopback(0);
   if (!fd || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(fd.get(), 1) != 0) {
-    die("listen");
+    die_errno("listen");
   }
   socklen_t length = sizeof address;
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    die("getsockname");
+    die_errno("getsockname");
   }
   port = ntohs(address.sin_port);
   return fd;
@@ -76,14 +77,14 @@ UniqueFd listen_any(std::uint16_t& port) {
 
 void no_delay(int fd) {
   int one = 1;
-  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die("TCP_NODELAY");
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die_errno("TCP_NODELAY");
 }
 
 UniqueFd dial(std::uint16_t port) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
   sockaddr_in address = loopback(port);
   if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    die("connect");
+    die_errno("connect");
   }
   no_delay(fd.get());
   return fd;
@@ -105,7 +106,7 @@ UniqueFd dial(std::uint16_t port) {
     }
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
     if (::send(fd.get(), message, sizeof message, 0) != static_cast<ssize_t>(sizeof message)) {
-      die("writer send");
+      die_errno("writer send");
     }
   }
   std::_Exit(0);
@@ -118,7 +119,7 @@ UniqueFd dial(std::uint16_t port) {
   long bytes = 0;
   for (;;) {
     const ssize_t n = ::recv(fd.get(), buffer.data(), buffer.size(), 0);
-    if (n < 0) die("reader recv");
+    if (n < 0) die_errno("reader recv");
     if (n == 0) break;
     bytes += n;
   }
@@ -148,18 +149,18 @@ Figures relay_once(long rate, long seconds, long hold_us, bool to_file) {
   if (reader == 0) run_reader(downstream_port, count);
   UniqueFd upstream(::accept(upstream_listener.get(), nullptr, nullptr));
   UniqueFd downstream(::accept(downstream_listener.get(), nullptr, nullptr));
-  if (!upstream || !downstream) die("accept");
+  if (!upstream || !downstream) die_errno("accept");
   no_delay(downstream.get());
-  if (::fcntl(upstream.get(), F_SETFL, O_NONBLOCK) != 0) die("O_NONBLOCK");
+  if (::fcntl(upstream.get(), F_SETFL, O_NONBLOCK) != 0) die_errno("O_NONBLOCK");
   char log_path[] = "/tmp/bench_relay_floor.XXXXXX";
   UniqueFd log(::mkstemp(log_path));
-  if (!log) die("mkstemp");
+  if (!log) die_errno("mkstemp");
   ::unlink(log_path);
   UniqueFd epoll(::epoll_create1(0));
   epoll_event interest{};
   interest.events = EPOLLIN | EPOLLET;
   if (!epoll || ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, upstream.get(), &interest) != 0) {
-    die("epoll");
+    die_errno("epoll");
   }
 
   Figures figures;
@@ -177,10 +178,10 @@ Figures relay_once(long rate, long seconds, long hold_us, bool to_file) {
       if (n <= 0) break;
       figures.messages += n / static_cast<ssize_t>(kMessageBytes);
       if (to_file && ::write(log.get(), buffer.data(), static_cast<std::size_t>(n)) != n) {
-        die("write");
+        die_errno("write");
       }
       if (::send(downstream.get(), buffer.data(), static_cast<std::size_t>(n), 0) != n) {
-        die("relay send");
+        die_errno("relay send");
       }
     }
   }
@@ -192,7 +193,6 @@ Figures relay_once(long rate, long seconds, long hold_us, bool to_file) {
     die("the writer failed");
   }
   if (::waitpid(reader, &status, 0) != reader || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    errno = 0;
     die("the reader did not receive every message");
   }
   return figures;
@@ -204,12 +204,10 @@ std::vector<long> parse_list(const char* text) {
     char* end = nullptr;
     values.push_back(std::strtol(p, &end, 10));
     if (end == p || values.back() < 0) {
-      errno = 0;
       die(std::string("--holds wants microseconds separated by commas, not '") + text + "'");
     }
     p = *end == ',' ? end + 1 : end;
     if (*end != ',' && *end != '\0') {
-      errno = 0;
       die(std::string("--holds: unexpected '") + end + "'");
     }
   }
@@ -220,7 +218,6 @@ long positive(const char* flag, const char* text) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   if (end == text || *end != '\0' || value <= 0) {
-    errno = 0;
     die(std::string(flag) + " wants a positive integer, not '" + text + "'");
   }
   return value;
