@@ -183,6 +183,12 @@ std::string note_publications_call(const std::string& quoted_schema, bool wait) 
   return quoted_schema + ".note_publications(" + (wait ? "true" : "false") + ")";
 }
 
+Result<bool> hold_publication_state(PgSession& s, const std::string& quoted_schema) {
+  auto held = s.exec("SELECT FROM " + quoted_schema + ".publication_state FOR UPDATE SKIP LOCKED");
+  if (!held.ok()) return held.error();
+  return held->rows() > 0;
+}
+
 Status uninstall_publication_marker(PgSession& s, const std::string& schema) {
   auto quoted = s.ident(schema);
   if (!quoted.ok()) return quoted.error();

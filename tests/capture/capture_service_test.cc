@@ -747,7 +747,12 @@ TEST_F(CaptureServiceTest, WithoutEventTriggerDdlIsFollowedByPolling) {
   ASSERT_TRUE(svc.ok()) << svc.error().to_string();
   service_ = std::move(*svc);
   EXPECT_EQ(server_->scalar("SELECT count(*) FROM pg_event_trigger"), "0");
+  // The detector syncs once, then only when the catalogs change (rows are not catalogs).
+  ASSERT_TRUE(wait_for([&] { return service_->stats().catalog_syncs >= 1; }, 5s));
+  const std::uint64_t syncs = service_->stats().catalog_syncs;
   server_->exec("INSERT INTO pubp.t VALUES (1, 'x')");
+  std::this_thread::sleep_for(500ms);  // five detect intervals
+  EXPECT_EQ(service_->stats().catalog_syncs, syncs);
   ASSERT_TRUE(service_->sync().ok());
   // ALTERs the service has not synced yet: rows carry the old layout version but are decoded
   // with the layout they fit. No writer statement fails.
@@ -769,6 +774,7 @@ TEST_F(CaptureServiceTest, WithoutEventTriggerDdlIsFollowedByPolling) {
                    "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pubp.n'::regclass") != "0";
       },
       5s));
+  EXPECT_GT(service_->stats().catalog_syncs, syncs);
   server_->exec("INSERT INTO pubp.n VALUES (7)");
   ASSERT_TRUE(service_->sync().ok());
   auto seen = changes();

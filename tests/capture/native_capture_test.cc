@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <set>
 #include <string>
@@ -485,6 +486,45 @@ TEST(NativeCaptureTest, SyncCapturesAPublicationCreatedJustBefore) {
   const auto inserts = logged_inserts(log.log());
   ASSERT_EQ(inserts.size(), 1u);
   EXPECT_GT(inserts[0].first, *consistent);
+}
+
+// The interval's mirror runs only when the catalogs changed (CatalogWatch): once at start, not
+// while rows are written, and again for a new publication, whose table it then mirrors.
+TEST(NativeCaptureTest, TheIntervalMirrorsOnlyWhenTheCatalogsChanged) {
+  test::PgServer server;
+  server.create_role("nat", std::nullopt, "REPLICATION");
+  server.exec("CREATE DATABASE app OWNER nat");
+  test::PgConnection owner(server.conninfo("app", "nat"));
+  owner.exec("CREATE TABLE quiet (id int PRIMARY KEY)");
+  TempLog log;
+  auto options = options_for(server, log);
+  options.conninfo = server.conninfo("app", "nat");
+  auto capture = NativeCapture::start(options, log.log());
+  ASSERT_TRUE(capture.ok()) << capture.error().to_string();
+  EXPECT_FALSE((*capture)->setup_report().event_trigger);
+  auto mirrors = [&] { return (*capture)->stats().catalog_mirrors; };
+  auto eventually = [](const std::function<bool()>& done) {
+    for (auto until = std::chrono::steady_clock::now() + 5s;
+         !done() && std::chrono::steady_clock::now() < until;) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return done();
+  };
+  ASSERT_TRUE(eventually([&] { return mirrors() >= 1; }));
+  const std::uint64_t settled = mirrors();
+  EXPECT_EQ(settled, 1u);
+  owner.exec("INSERT INTO quiet SELECT generate_series(1, 100)");
+  std::this_thread::sleep_for(500ms);  // five intervals
+  EXPECT_EQ(mirrors(), settled);
+
+  owner.exec("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t");
+  EXPECT_TRUE(eventually([&] {
+    return server.scalar(
+               "SELECT count(*) FROM pg_publication_tables WHERE pubname = "
+               "'_pgrelay_capture' AND tablename = 't'",
+               "app") == "1";
+  }));
+  EXPECT_TRUE(eventually([&] { return mirrors() > settled; }));
 }
 
 TEST(NativeCaptureTest, RefusesWhatItCannotDo) {

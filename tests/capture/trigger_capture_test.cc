@@ -1019,6 +1019,71 @@ TEST_F(TriggerCaptureTest, PublicationChangesAreMarkedOnceWhereTheyHappen) {
   server_->exec("DROP PUBLICATION pm_pub");
 }
 
+// The periodic sync runs only when the catalogs changed (CatalogWatch). When another
+// transaction holds the publications' row, its note_publications(false) skips, so the watch is
+// not told the check completed: the next sync runs again, and marks the change once it can.
+TEST_F(TriggerCaptureTest, APeriodicSyncRunsWhenTheCatalogsChangedUntilItCouldMarkThem) {
+  create_table("ws1", "(id int PRIMARY KEY, v text)");
+  create_table("ws2", "(id int PRIMARY KEY)");
+  server_->exec("CREATE PUBLICATION ws_pub FOR TABLE ws1");
+  InstallOptions o;
+  o.all_publications = true;
+  o.ddl = DdlTracking::kPolling;
+  auto installed = install(*session_, o);
+  ASSERT_TRUE(installed.ok()) << installed.error().to_string();
+  ASSERT_FALSE(installed->event_trigger);
+  start_poller();
+  auto markers = [&] {
+    std::size_t n = 0;
+    for (const auto& t : read_log()) {
+      for (const auto& c : t.changes) {
+        auto* m = std::get_if<pgoutput::LogicalMessage>(&c.message);
+        n += m != nullptr && m->prefix == log::kPublicationsChangedPrefix;
+      }
+    }
+    return n;
+  };
+  CatalogWatch watch;
+  auto periodic_sync = [&] {
+    auto r = sync_tables(*session_, "_pgrelay", &watch);
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+  };
+  periodic_sync();
+  periodic_sync();
+  server_->exec("INSERT INTO ws1 VALUES (1, 'rows are not catalogs')");
+  periodic_sync();
+  EXPECT_EQ(watch.checks(), 1u);
+
+  // A column added without an event trigger: the next periodic sync records the layout.
+  server_->exec("ALTER TABLE ws1 ADD COLUMN w int");
+  periodic_sync();
+  EXPECT_EQ(watch.checks(), 2u);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.layouts WHERE relid = 'ws1'::regclass "
+                            "AND 'w' = ANY (names)"),
+            "1");
+
+  auto holder = PgSession::connect(server_->conninfo());
+  ASSERT_TRUE(holder.ok()) << holder.error().to_string();
+  ASSERT_TRUE((*holder)->run("BEGIN; SELECT FROM _pgrelay.publication_state FOR UPDATE").ok());
+  server_->exec("ALTER PUBLICATION ws_pub ADD TABLE ws2");
+  periodic_sync();  // captures ws2, but cannot mark the change
+  periodic_sync();
+  EXPECT_EQ(watch.checks(), 4u);
+  EXPECT_EQ(server_->scalar("SELECT count(*) FROM _pgrelay.captured WHERE relid = "
+                            "'ws2'::regclass"),
+            "1");
+  poll();
+  EXPECT_EQ(markers(), 0u);
+  ASSERT_TRUE((*holder)->run("ROLLBACK").ok());
+  periodic_sync();
+  poll();
+  EXPECT_EQ(markers(), 1u);
+  periodic_sync();
+  periodic_sync();
+  EXPECT_EQ(watch.checks(), 5u);
+  server_->exec("DROP PUBLICATION ws_pub");
+}
+
 // Two DDL transactions at once: the one that waits for the other's marker reads the
 // publications only once it holds the row, so what it stores is what it marks. (It read them
 // before waiting once: it stored the fingerprint from before the other's change, and changing

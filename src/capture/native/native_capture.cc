@@ -225,6 +225,7 @@ void NativeCapture::run() {
 
 void NativeCapture::run_mirror() {
   std::unique_ptr<PgSession> session;
+  CatalogWatch watch;
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, options_.mirror_interval, [&] { return stopping_.load(); });
@@ -239,12 +240,13 @@ void NativeCapture::run_mirror() {
       }
     }
     if (session) {
-      if (auto mirrored = mirror_publications(*session, options_.schema); !mirrored.ok()) {
+      if (auto mirrored = mirror_publications(*session, options_.schema, &watch); !mirrored.ok()) {
         note_error(mirrored.error());
         if (!session->connection_ok()) session.reset();
       }
     }
     lock.lock();
+    stats_.catalog_mirrors = watch.checks();
   }
 }
 

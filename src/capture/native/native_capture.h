@@ -24,7 +24,8 @@
 // The capture thread owns the walsender connection and reconnects with backoff when it breaks.
 // A second thread keeps pgrelay's publications mirrored (native_setup.h) every
 // mirror_interval; with an event trigger that happens in the DDL itself and the interval only
-// catches up.
+// catches up. It mirrors only when the catalogs it reads changed (capture/catalog_watch.h), and
+// at least once a minute.
 //
 // Consistent points: sync() mirrors the publications, emits a non-transactional logical message
 // (prefix kBarrierPrefix) and waits until the capture has read it: every transaction committed
@@ -117,6 +118,8 @@ class NativeCapture {
 
   struct Stats {
     std::uint64_t transactions = 0, rows = 0, batches = 0, reconnects = 0;
+    // Periodic mirrors that ran: the others found the catalogs unchanged (see the top).
+    std::uint64_t catalog_mirrors = 0;
     // Of `transactions`, those the upstream streamed before they committed.
     std::uint64_t streamed = 0;
     Lsn last_lsn;  // commit LSN of the last transaction appended

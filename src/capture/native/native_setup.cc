@@ -262,12 +262,30 @@ Result<NativeSetupReport> install_native_capture(PgSession& s, const NativeSetup
   return report;
 }
 
-Result<int> mirror_publications(PgSession& s, const std::string& schema) {
+Result<int> mirror_publications(PgSession& s, const std::string& schema, CatalogWatch* watch) {
   auto quoted = s.ident(schema);
   if (!quoted.ok()) return quoted.error();
-  auto changed = s.exec("SELECT " + *quoted + ".native_mirror(), " +
-                        note_publications_call(*quoted, /*wait=*/false));
+  PgTransaction txn(s);
+  if (watch) {
+    PGRELAY_TRY(txn.begin());
+    auto due = watch->due(s);
+    if (!due.ok()) return due.error();
+    if (!*due) {
+      PGRELAY_TRY(txn.commit());
+      return 0;
+    }
+  }
+  auto changed = s.exec("SELECT " + *quoted + ".native_mirror()");
   if (!changed.ok()) return changed.error();
+  // After the mirror, which alters the capture publications as the event trigger does before it
+  // waits for the publications' row: the other order could deadlock with a DDL.
+  auto marker = watch ? hold_publication_state(s, *quoted) : Result<bool>(true);
+  if (!marker.ok()) return marker.error();
+  PGRELAY_TRY(s.run("SELECT " + note_publications_call(*quoted, /*wait=*/false)));
+  if (watch) {
+    PGRELAY_TRY(txn.commit());
+    if (*marker) watch->done();
+  }
   return std::stoi(std::string(changed->value(0, 0)));
 }
 

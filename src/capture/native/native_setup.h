@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "capture/catalog_watch.h"
 #include "capture/trigger/pg_session.h"
 
 namespace pgrelay::capture {
@@ -45,8 +46,10 @@ Result<NativeSetupReport> install_native_capture(PgSession& session,
                                                  const NativeSetupOptions& options);
 
 // Brings the publications' tables up to date and marks a change of the other publications
-// (publication_marker.h); returns how many tables it added or removed.
-Result<int> mirror_publications(PgSession& session, const std::string& schema);
+// (publication_marker.h); returns how many tables it added or removed. With a `watch` (a
+// periodic caller's) it does nothing and returns 0 unless the watch says the catalogs changed.
+Result<int> mirror_publications(PgSession& session, const std::string& schema,
+                                CatalogWatch* watch = nullptr);
 
 // Whether install_native_capture ran on this schema (its publications exist).
 Result<bool> native_capture_installed(PgSession& session, const std::string& schema);

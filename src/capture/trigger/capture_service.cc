@@ -288,6 +288,7 @@ void CaptureService::run() {
 
 void CaptureService::run_detector() {
   std::unique_ptr<PgSession> session;
+  CatalogWatch watch;
   std::unique_lock lock(mu_);
   while (!detector_cv_.wait_for(lock, options_.detect_interval, [&] { return stopping_.load(); })) {
     lock.unlock();
@@ -301,10 +302,11 @@ void CaptureService::run_detector() {
       }
     }
     if (session) {
-      auto synced = sync_tables(*session, options_.poller.schema);
+      auto synced = sync_tables(*session, options_.poller.schema, &watch);
       if (!synced.ok()) note_error(synced.error());
     }
     lock.lock();
+    stats_.catalog_syncs = watch.checks();
   }
 }
 

@@ -28,8 +28,9 @@
 // Every detect_interval a second thread, on a connection of its own, calls sync_tables(): new
 // tables of captured publications get their triggers and ALTERed tables a new layout without a
 // restart (with an event trigger this happens in the DDL itself; the interval then only catches
-// up what it could not do). It takes some 10 ms on a loaded upstream, which polls must not wait
-// for: on the capture thread it set the p99 of commit-to-log latency.
+// up what it could not do). A sync takes some 10 ms on a loaded upstream, which polls must not
+// wait for: on the capture thread it set the p99 of commit-to-log latency. It runs only when
+// the catalogs it reads changed (capture/catalog_watch.h), and at least once a minute.
 #pragma once
 
 #include <atomic>
@@ -109,6 +110,8 @@ class CaptureService {
   struct Stats {
     // reconnects: connections re-established after one was lost, however it was noticed.
     std::uint64_t transactions = 0, rows = 0, polls = 0, reconnects = 0;
+    // Periodic syncs that ran: the others found the catalogs unchanged (see the top).
+    std::uint64_t catalog_syncs = 0;
     Lsn last_lsn;
     // Of the last transaction appended, in microseconds since 2000-01-01: its commit time (the
     // upstream's when commit_times, otherwise its poll's) and when it was appended.

@@ -537,28 +537,6 @@ std::string functions_sql(const Names& n) {
   return sql;
 }
 
-// Rolls back unless committed, so every error path leaves the upstream as it was.
-class Transaction {
- public:
-  explicit Transaction(PgSession& s) : s_(s) {}
-  ~Transaction() {
-    if (open_) (void)s_.run("ROLLBACK");
-  }
-  Status begin() {
-    PGRELAY_TRY(s_.run("BEGIN"));
-    open_ = true;
-    return {};
-  }
-  Status commit() {
-    open_ = false;
-    return s_.run("COMMIT");
-  }
-
- private:
-  PgSession& s_;
-  bool open_ = false;
-};
-
 std::uint32_t to_u32(std::string_view text) {
   std::uint32_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -704,7 +682,7 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   auto names = make_names(s, options.schema);
   if (!names.ok()) return names.error();
   const Names& n = *names;
-  Transaction txn(s);
+  PgTransaction txn(s);
   PGRELAY_TRY(txn.begin());
   auto version = installed_version(s, options.schema);
   if (!version.ok()) return version.error();
@@ -922,11 +900,19 @@ Result<InstallReport> install(PgSession& session, const InstallOptions& options)
   return report;
 }
 
-Result<int> sync_tables(PgSession& session, const std::string& schema) {
+Result<int> sync_tables(PgSession& session, const std::string& schema, CatalogWatch* watch) {
   auto names = make_names(session, schema);
   if (!names.ok()) return names.error();
-  Transaction txn(session);
+  PgTransaction txn(session);
   PGRELAY_TRY(txn.begin());
+  if (watch) {
+    auto due = watch->due(session);
+    if (!due.ok()) return due.error();
+    if (!*due) {
+      PGRELAY_TRY(txn.commit());
+      return 0;
+    }
+  }
   // The poller's session, which runs this too, plans without sequential scans (see
   // TriggerPoller::open); the catalog queries of sync() need them. It waits for a lock at most
   // half the server's deadlock_timeout: a sync that regenerates a partition's triggers, then
@@ -938,11 +924,16 @@ Result<int> sync_tables(PgSession& session, const std::string& schema) {
       "SELECT set_config('pgrelay.in_sync', 'on', true), set_config('enable_seqscan', 'on', "
       "true), set_config('lock_timeout', greatest(1, (pg_catalog.date_part('epoch', "
       "pg_catalog.current_setting('deadlock_timeout')::interval) * 500)::int4)::text, true)"));
-  auto r = session.exec("SELECT " + names->schema + ".sync(false), " +
-                        note_publications_call(names->schema, /*wait=*/false));
+  auto r = session.exec("SELECT " + names->schema + ".sync(false)");
   if (!r.ok()) return r.error();
   const int n = static_cast<int>(to_u32(r->value(0, 0)));
+  // After sync(), which locks `captured` as the event trigger does before it waits for the
+  // publications' row: the other order could deadlock with a DDL.
+  auto marker = watch ? hold_publication_state(session, names->schema) : Result<bool>(true);
+  if (!marker.ok()) return marker.error();
+  PGRELAY_TRY(session.run("SELECT " + note_publications_call(names->schema, /*wait=*/false)));
   PGRELAY_TRY(txn.commit());
+  if (watch && *marker) watch->done();
   return n;
 }
 
@@ -951,7 +942,7 @@ Status uninstall(PgSession& session, const std::string& schema) {
   auto names = make_names(s, schema);
   if (!names.ok()) return names.error();
   const Names& n = *names;
-  Transaction txn(s);
+  PgTransaction txn(s);
   PGRELAY_TRY(txn.begin());
   auto version = installed_version(s, schema);
   if (!version.ok()) return version.error();

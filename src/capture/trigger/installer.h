@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "capture/catalog_watch.h"
 #include "capture/trigger/pg_session.h"
 
 namespace pgrelay::capture {
@@ -128,8 +129,11 @@ struct InstallReport {
 Result<InstallReport> install(PgSession& session, const InstallOptions& options);
 
 // Re-reads publication membership and table layouts and regenerates what changed (what the event
-// trigger does on DDL); returns the number of captured tables. Cheap when nothing changed.
-Result<int> sync_tables(PgSession& session, const std::string& schema = "_pgrelay");
+// trigger does on DDL), and marks a change of the publications; returns the number of captured
+// tables. It reads every captured table's layout: 85 ms with 200 of them. With a `watch` (a
+// periodic caller's) it does nothing and returns 0 unless the watch says the catalogs changed.
+Result<int> sync_tables(PgSession& session, const std::string& schema = "_pgrelay",
+                        CatalogWatch* watch = nullptr);
 
 // Removes every object install() created (a schema it did not create is left in place). A
 // schema without an installation is not an error.

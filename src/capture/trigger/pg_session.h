@@ -138,4 +138,30 @@ class PgSession {
   std::uint64_t cancels_sent_ = 0;
 };
 
+// A transaction on a PgSession that rolls back unless committed, so that every error path
+// leaves the upstream as it was. A guard that was never begun does nothing.
+class PgTransaction {
+ public:
+  explicit PgTransaction(PgSession& session) : session_(session) {}
+  ~PgTransaction() {
+    if (open_) (void)session_.run("ROLLBACK");
+  }
+  PgTransaction(const PgTransaction&) = delete;
+  PgTransaction& operator=(const PgTransaction&) = delete;
+
+  Status begin() {
+    PGRELAY_TRY(session_.run("BEGIN"));
+    open_ = true;
+    return {};
+  }
+  Status commit() {
+    open_ = false;
+    return session_.run("COMMIT");
+  }
+
+ private:
+  PgSession& session_;
+  bool open_ = false;
+};
+
 }  // namespace pgrelay::capture
