@@ -157,6 +157,26 @@ TEST_F(CatalogWatchTest, AFailedCheckIsDueAgainAndEveryCheckAfterRecheck) {
   EXPECT_EQ(eager.checks(), 2u);
 }
 
+// The fingerprint is skipped while the snapshot is the noted one. A DDL that commits after a
+// newer transaction leaves xmax where that one put it: it is seen by leaving the running xids.
+TEST_F(CatalogWatchTest, ADdlCommittedAfterANewerWriteIsSeen) {
+  CatalogWatch watch;
+  EXPECT_TRUE(due(watch));
+  watch.done();
+  EXPECT_FALSE(due(watch));  // nothing ended since: the snapshot alone says so
+  auto ddl = PgSession::connect(server_->conninfo());
+  ASSERT_TRUE(ddl.ok()) << ddl.error().to_string();
+  ASSERT_TRUE((*ddl)->run("BEGIN; ALTER TABLE w.t ADD COLUMN late int").ok());
+  server_->exec("INSERT INTO w.other VALUES (1)");  // a newer xid ends first
+  EXPECT_FALSE(due(watch));
+  EXPECT_FALSE(due(watch));
+  ASSERT_TRUE((*ddl)->run("COMMIT").ok());
+  EXPECT_TRUE(due(watch));
+  watch.done();
+  EXPECT_FALSE(due(watch));
+  EXPECT_EQ(watch.checks(), 2u);
+}
+
 // A watch outlives its session: a new connection reads the same fingerprint.
 TEST_F(CatalogWatchTest, TheFingerprintIsTheDatabasesNotTheSessions) {
   CatalogWatch watch;
