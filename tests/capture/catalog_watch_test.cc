@@ -19,13 +19,9 @@ using test::PgServer;
 
 class CatalogWatchTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new PgServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
+    static PgServer server;  // one for the process, stopped at its exit
+    server_ = &server;
     server_->exec(
         "DROP SCHEMA IF EXISTS w CASCADE; DROP SCHEMA IF EXISTS w2 CASCADE; "
         "DROP PUBLICATION IF EXISTS wp, wp_schema; CREATE SCHEMA w; "
@@ -47,11 +43,9 @@ class CatalogWatchTest : public ::testing::Test {
     return r.ok() && *r;
   }
 
-  static PgServer* server_;
+  PgServer* server_ = nullptr;
   std::unique_ptr<PgSession> session_;
 };
-
-PgServer* CatalogWatchTest::server_ = nullptr;
 
 // Everything trigger capture's sync and native capture's mirror read: layouts (columns, types,
 // keys, replica identity, names, schemas), publications and their tables, schemas, row filters
