@@ -45,7 +45,8 @@
 # Settings (environment), defaults chosen to finish in about 10 minutes on 2 cores:
 #   DBS="1 4 16"  CAPTURES="trigger native"  N=20000 (transactions per database, for every D:
 #     16 databases write 320000; on a 2-core machine writing ~10000 one-row transactions/s a
-#     D=1 run takes ~2 s and a D=16 run ~30 s, and the idle runs take 4 x IDLE_SECONDS)
+#     D=1 run takes ~2 s and a D=16 run ~30 s; the idle runs, native slots' included, take
+#     6 x IDLE_SECONDS)
 #   DURATION= (seconds of writes per database instead of N)  CLIENTS=2 (per database)
 #   IDLE_SECONDS=60  IDLE_DBS="1 16"  IDLE_SETTLE=5  CONSUMER_PROCS=2  STALL_SECONDS=60
 #   DIRECT=1 (0 skips the native-PostgreSQL baseline)  PGRELAY (binary)  OUT (results dir)
@@ -188,6 +189,15 @@ now() { date +%s.%N; }
 cpu_s() {  # pid: utime + stime in seconds
   [ -r "/proc/$1/stat" ] || die "process $1 is gone (reading its CPU time)"
   awk -v t="$CLK_TCK" '{ sub(/^.*\) /, ""); split($0, f, " "); printf "%.2f", (f[12] + f[13]) / t }' "/proc/$1/stat"
+}
+upstream_cpu_s() {  # the upstream's CPU seconds: the postmaster, its live children and those it reaped
+  local pm c
+  pm=$(head -n 1 "$CLUSTER/postmaster.pid")
+  [ -r "/proc/$pm/stat" ] || die "the upstream postmaster $pm is gone (reading its CPU time)"
+  { sed 's/^/postmaster /' "/proc/$pm/stat"
+    for c in $(pgrep -P "$pm"); do cat "/proc/$c/stat" 2>/dev/null || true; done
+  } | awk -v t="$CLK_TCK" '{ pm = ($1 == "postmaster"); sub(/^.*\) /, ""); split($0, f, " ");
+        s += f[12] + f[13]; if (pm) s += f[14] + f[15] } END { printf "%.2f", s / t }'
 }
 calc() { awk "BEGIN { $1 }"; }
 dbname() { printf 'db%02d' "$1"; }
@@ -452,17 +462,27 @@ throughput() {  # system D
       "lag ${R[$k.lag_s]} s)${cpu0:+; pgrelay CPU ${R[$k.cpu_s]} s = ${R[$k.cpu_per_1k]} s per 1000 changes}"
 }
 
-# Idle cost of pgrelay with D captured databases: CPU over IDLE_SECONDS, connections, slots.
-idle() {  # capture D
-  local sys=$1 d=$2 k=$1.d$2 a b ports i
+# Idle cost with D databases after the writes: the upstream's CPU over IDLE_SECONDS (native
+# slots: the baseline, the same writes having come before), and pgrelay's CPU, connections and
+# slots.
+idle() {  # system D
+  local sys=$1 d=$2 k=$1.d$2 a b ua ub ports i
   sleep "$IDLE_SETTLE"
+  if [ "$sys" = direct ]; then
+    log "$RUN: idle for $IDLE_SECONDS s"
+    ua=$(upstream_cpu_s); sleep "$IDLE_SECONDS"; ub=$(upstream_cpu_s)
+    R[$k.idle_up_cpu_min]=$(calc "printf \"%.3f\", ($ub - $ua) * 60 / $IDLE_SECONDS")
+    log "$RUN: idle: upstream CPU ${R[$k.idle_up_cpu_min]} s/min"
+    return
+  fi
   kill -0 "$RELAY_PID" 2>/dev/null || die "pgrelay exited before the idle measurement"
   log "$RUN: idle for $IDLE_SECONDS s"
-  a=$(cpu_s "$RELAY_PID")
+  a=$(cpu_s "$RELAY_PID"); ua=$(upstream_cpu_s)
   sleep "$IDLE_SECONDS"
-  b=$(cpu_s "$RELAY_PID")
+  b=$(cpu_s "$RELAY_PID"); ub=$(upstream_cpu_s)
   R[$k.idle_cpu_min]=$(calc "printf \"%.3f\", ($b - $a) * 60 / $IDLE_SECONDS")
   R[$k.idle_cpu_min_db]=$(calc "printf \"%.4f\", ($b - $a) * 60 / $IDLE_SECONDS / $d")
+  R[$k.idle_up_cpu_min]=$(calc "printf \"%.3f\", ($ub - $ua) * 60 / $IDLE_SECONDS")
   ports=$(relay_ports | paste -sd, -)
   [ -n "$ports" ] || ports=0
   local activity
@@ -490,7 +510,7 @@ idle() {  # capture D
   R[$k.idle_slots]=$slots_total
   R[$k.idle_slots_db]=$( [ "$slots_mn" = "$slots_mx" ] && echo "$slots_mn" || echo "$slots_mn-$slots_mx")
   R[$k.idle_apps]=$(awk -F'|' '{ print $3 }' <<<"$activity" | tr ',' '\n' | sort -u | paste -sd, -)
-  log "$RUN: idle: pgrelay CPU ${R[$k.idle_cpu_min]} s/min; upstream connections: $(tr '\n' ';' <<<"$activity")" \
+  log "$RUN: idle: pgrelay CPU ${R[$k.idle_cpu_min]} s/min, upstream CPU ${R[$k.idle_up_cpu_min]} s/min; upstream connections: $(tr '\n' ';' <<<"$activity")" \
       "slots: $slots_total"
 }
 
@@ -501,7 +521,7 @@ measure() {  # system D
   start_cluster "$d"
   if [ "$sys" != direct ]; then start_relay "$sys" "$d"; fi
   throughput "$sys" "$d"
-  if [ "$sys" != direct ] && [[ " $IDLE_DBS " == *" $d "* ]]; then idle "$sys" "$d"; fi
+  if [[ " $IDLE_DBS " == *" $d "* ]]; then idle "$sys" "$d"; fi
   if [ -n "$RELAY_PID" ]; then
     kill -0 "$RELAY_PID" 2>/dev/null || die "pgrelay exited"
     stop_relay
@@ -560,6 +580,10 @@ ELAPSED=$(( $(date +%s) - T_START ))
   echo
   hdr=(); for d in $IDLE_DBS; do hdr+=("D=$d"); done
   row "idle ${IDLE_SECONDS} s, no writes, no consumers" "${hdr[@]}"
+  if [ "$DIRECT" = 1 ]; then
+    echo "-- native PostgreSQL, one slot per database"
+    vals=(); for d in $IDLE_DBS; do vals+=("$(v direct.d$d.idle_up_cpu_min)"); done; row "upstream CPU s per minute" "${vals[@]}"
+  fi
   for c in $CAPTURES; do
     echo "-- pgrelay, $c capture"
     vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_conns_db)"); done; row "upstream connections per captured database" "${vals[@]}"
@@ -568,6 +592,14 @@ ELAPSED=$(( $(date +%s) - T_START ))
     vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_slots_db)"); done; row "upstream slots per captured database" "${vals[@]}"
     vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_cpu_min)"); done; row "pgrelay CPU s per minute" "${vals[@]}"
     vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_cpu_min_db)"); done; row "  per captured database" "${vals[@]}"
+    vals=(); for d in $IDLE_DBS; do vals+=("$(v $c.d$d.idle_up_cpu_min)"); done; row "upstream CPU s per minute" "${vals[@]}"
+    if [ "$DIRECT" = 1 ]; then
+      vals=(); for d in $IDLE_DBS; do
+        vals+=("$(awk -v a="$(v $c.d$d.idle_up_cpu_min)" -v b="$(v direct.d$d.idle_up_cpu_min)" -v d="$d" \
+          'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.4f", (a - b) / d }')")
+      done
+      row "  above native's, per captured database" "${vals[@]}"
+    fi
     for d in $IDLE_DBS; do echo "  D=$d connections' application_name/backend_type: $(v $c.d$d.idle_apps)"; done
   done
   print_odd "pgrelay" ODD
