@@ -183,9 +183,11 @@ std::string note_publications_call(const std::string& quoted_schema, bool wait) 
   return quoted_schema + ".note_publications(" + (wait ? "true" : "false") + ")";
 }
 
-Result<bool> hold_publication_state(PgSession& s, const std::string& quoted_schema) {
+Result<bool> note_publications_periodic(PgSession& s, const std::string& quoted_schema) {
+  // Taken first, the row is ours when note_publications(false) asks for it.
   auto held = s.exec("SELECT FROM " + quoted_schema + ".publication_state FOR UPDATE SKIP LOCKED");
   if (!held.ok()) return held.error();
+  PGRELAY_TRY(s.run("SELECT " + note_publications_call(quoted_schema, /*wait=*/false)));
   return held->rows() > 0;
 }
 

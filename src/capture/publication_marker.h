@@ -32,10 +32,11 @@ Status install_publication_marker(PgSession& s, const std::string& schema,
 // may, leaving that change to the transaction making it.
 std::string note_publications_call(const std::string& quoted_schema, bool wait);
 
-// Inside the caller's transaction, takes the row that note_publications() locks: false when
-// another transaction holds it. A periodic check that took it knows that its
-// note_publications(false) compares the fingerprint rather than skipping it.
-Result<bool> hold_publication_state(PgSession& s, const std::string& quoted_schema);
+// A periodic check's note_publications(false), in the caller's open transaction and after the
+// check's own work (the order in which the event triggers take their locks: the other order
+// could deadlock with a DDL). Returns whether it compared the fingerprint: false when another
+// transaction held the publications' row and the note was skipped, so the check is not done.
+Result<bool> note_publications_periodic(PgSession& s, const std::string& quoted_schema);
 
 // Drops what install_publication_marker created.
 Status uninstall_publication_marker(PgSession& s, const std::string& schema);

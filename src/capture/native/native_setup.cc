@@ -277,14 +277,11 @@ Result<int> mirror_publications(PgSession& s, const std::string& schema, Catalog
   }
   auto changed = s.exec("SELECT " + *quoted + ".native_mirror()");
   if (!changed.ok()) return changed.error();
-  // After the mirror, which alters the capture publications as the event trigger does before it
-  // waits for the publications' row: the other order could deadlock with a DDL.
-  auto marker = watch ? hold_publication_state(s, *quoted) : Result<bool>(true);
-  if (!marker.ok()) return marker.error();
-  PGRELAY_TRY(s.run("SELECT " + note_publications_call(*quoted, /*wait=*/false)));
+  auto noted = note_publications_periodic(s, *quoted);
+  if (!noted.ok()) return noted.error();
   if (watch) {
     PGRELAY_TRY(txn.commit());
-    if (*marker) watch->done();
+    if (*noted) watch->done();
   }
   return std::stoi(std::string(changed->value(0, 0)));
 }

@@ -927,13 +927,10 @@ Result<int> sync_tables(PgSession& session, const std::string& schema, CatalogWa
   auto r = session.exec("SELECT " + names->schema + ".sync(false)");
   if (!r.ok()) return r.error();
   const int n = static_cast<int>(to_u32(r->value(0, 0)));
-  // After sync(), which locks `captured` as the event trigger does before it waits for the
-  // publications' row: the other order could deadlock with a DDL.
-  auto marker = watch ? hold_publication_state(session, names->schema) : Result<bool>(true);
-  if (!marker.ok()) return marker.error();
-  PGRELAY_TRY(session.run("SELECT " + note_publications_call(names->schema, /*wait=*/false)));
+  auto noted = note_publications_periodic(session, names->schema);
+  if (!noted.ok()) return noted.error();
   PGRELAY_TRY(txn.commit());
-  if (watch && *marker) watch->done();
+  if (watch && *noted) watch->done();
   return n;
 }
 
